@@ -1,0 +1,60 @@
+"""AWS clients, created lazily on first use (never at import time) and reused across invocations.
+
+Endpoints come from the standard `AWS_ENDPOINT_URL_<SERVICE>` variables, so the local stack and
+tests redirect them without code changes.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING
+
+import boto3
+from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
+
+# The SDK's own retries stay short: the API answers 503 + Retry-After and the relay and consumers
+# have their own retry budgets, so a throttled call should fail fast rather than eat the timeout.
+_CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 3},
+    connect_timeout=2,
+    read_timeout=5,
+)
+
+
+@cache
+def dynamodb() -> DynamoDBClient:
+    return boto3.client("dynamodb", config=_CLIENT_CONFIG)
+
+
+@cache
+def dynamodb_streams() -> DynamoDBStreamsClient:
+    return boto3.client("dynamodbstreams", config=_CLIENT_CONFIG)
+
+
+@cache
+def events() -> EventBridgeClient:
+    # PutEvents failures are handled entry by entry by the publisher: no SDK-level retries.
+    return boto3.client("events", config=_CLIENT_CONFIG.merge(Config(retries={"max_attempts": 1})))
+
+
+@cache
+def sqs() -> SQSClient:
+    return boto3.client("sqs", config=_CLIENT_CONFIG)
+
+
+@cache
+def sns() -> SNSClient:
+    return boto3.client("sns", config=_CLIENT_CONFIG)
+
+
+def reset_clients() -> None:
+    """Forget every cached client (tests switch endpoints and credentials between cases)."""
+    for factory in (dynamodb, dynamodb_streams, events, sqs, sns):
+        factory.cache_clear()

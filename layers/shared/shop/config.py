@@ -1,0 +1,71 @@
+"""Configuration: every environment variable the functions read, parsed once into typed settings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+EVENTBRIDGE_MAX_ENTRY_BYTES = 262_144  # PutEvents default limit per entry and per request
+
+
+class ConfigurationError(RuntimeError):
+    """A required setting is missing or malformed (a deployment mistake, not a request error)."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    orders_table_name: str
+    inventory_table_name: str
+    idempotency_table_name: str
+    event_bus_name: str
+    notification_topic_arn: str
+    outbox_ttl_days: int
+    max_event_bytes: int
+    request_key_ttl_hours: int
+    outbox_time_shards: int
+    idempotency_expires_after_seconds: int
+    stage: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        return cls(
+            orders_table_name=env.get("ORDERS_TABLE_NAME", ""),
+            inventory_table_name=env.get("INVENTORY_TABLE_NAME", ""),
+            idempotency_table_name=env.get("IDEMPOTENCY_TABLE_NAME", ""),
+            event_bus_name=env.get("EVENT_BUS_NAME", ""),
+            notification_topic_arn=env.get("NOTIFICATION_TOPIC_ARN", ""),
+            outbox_ttl_days=_int(env, "OUTBOX_TTL_DAYS", 7, minimum=2),
+            max_event_bytes=_int(env, "MAX_EVENT_BYTES", EVENTBRIDGE_MAX_ENTRY_BYTES, minimum=1024),
+            request_key_ttl_hours=_int(env, "REQUEST_KEY_TTL_HOURS", 24),
+            outbox_time_shards=_int(env, "OUTBOX_TIME_SHARDS", 8),
+            idempotency_expires_after_seconds=_int(env, "IDEMPOTENCY_EXPIRES_AFTER_SECONDS", 3600),
+            stage=env.get("STAGE", "dev"),
+        )
+
+    def require(self, name: str) -> str:
+        """Return a string setting that this function cannot work without."""
+        value = getattr(self, name)
+        if not value:
+            raise ConfigurationError(f"setting {name} ({name.upper()}) is not configured")
+        return str(value)
+
+
+@cache
+def get_settings() -> Settings:
+    return Settings.from_env()

@@ -1,0 +1,161 @@
+"""The event envelope: CloudEvents 1.0 (JSON format) plus the extensions this system relies on.
+
+Extensions: `sequence` (the aggregate version after the change, an integer), `correlationid`
+(the originating request), `causationid` (the event that caused this one, if any).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shop.errors import InvalidEnvelope
+
+SPEC_VERSION = "1.0"
+CONTENT_TYPE = "application/json"
+# Fixed namespace: event ids are uuid5(namespace, source|subject|sequence|type), so a retried write
+# of the same change produces the same id, and consumers dedupe on it.
+_EVENT_ID_NAMESPACE = uuid.UUID("6f1c5a1e-6d2b-4f49-9a0e-2c4b0f3f8e21")
+_REQUIRED = ("specversion", "id", "source", "type", "subject", "time", "data", "sequence", "correlationid")
+
+# PutEvents counts a fixed 14 bytes for the Time field of every entry.
+_ENTRY_OVERHEAD_BYTES = 14
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def event_id_for(source: str, subject: str, sequence: int, event_type: str) -> str:
+    return str(uuid.uuid5(_EVENT_ID_NAMESPACE, f"{source}|{subject}|{sequence}|{event_type}"))
+
+
+def entry_size(source: str, detail_type: str, detail: str, resources: tuple[str, ...] = ()) -> int:
+    """Size of one PutEvents entry as EventBridge computes it (UTF-8 bytes)."""
+    return (
+        _ENTRY_OVERHEAD_BYTES
+        + len(source.encode())
+        + len(detail_type.encode())
+        + len(detail.encode())
+        + sum(len(r.encode()) for r in resources)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CloudEvent:
+    id: str
+    source: str
+    type: str
+    subject: str
+    time: str
+    sequence: int
+    correlationid: str
+    data: dict[str, Any] = field(default_factory=dict)
+    causationid: str | None = None
+    specversion: str = SPEC_VERSION
+    datacontenttype: str = CONTENT_TYPE
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        source: str,
+        type: str,
+        subject: str,
+        sequence: int,
+        data: dict[str, Any],
+        correlation_id: str,
+        causation_id: str | None = None,
+        time: datetime | None = None,
+    ) -> CloudEvent:
+        return cls(
+            id=event_id_for(source, subject, sequence, type),
+            source=source,
+            type=type,
+            subject=subject,
+            time=format_time(time or now()),
+            sequence=sequence,
+            correlationid=correlation_id,
+            causationid=causation_id,
+            data=data,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "specversion": self.specversion,
+            "id": self.id,
+            "source": self.source,
+            "type": self.type,
+            "subject": self.subject,
+            "time": self.time,
+            "datacontenttype": self.datacontenttype,
+            "sequence": self.sequence,
+            "correlationid": self.correlationid,
+        }
+        if self.causationid is not None:
+            out["causationid"] = self.causationid
+        out["data"] = self.data
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+    def entry_size(self) -> int:
+        """Bytes this event takes as a PutEvents entry (Source, DetailType, Detail=the envelope)."""
+        return entry_size(self.source, self.type, self.to_json())
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> CloudEvent:
+        if not isinstance(raw, dict):
+            raise InvalidEnvelope("envelope is not a JSON object")
+        missing = [name for name in _REQUIRED if name not in raw]
+        if missing:
+            raise InvalidEnvelope("envelope lacks required attributes", {"missing": missing})
+        if raw["specversion"] != SPEC_VERSION:
+            raise InvalidEnvelope("unsupported specversion", {"specversion": str(raw["specversion"])})
+        for name in ("id", "source", "type", "subject", "time", "correlationid"):
+            if not isinstance(raw[name], str) or not raw[name]:
+                raise InvalidEnvelope(f"attribute {name} must be a non-empty string")
+        sequence = raw["sequence"]
+        if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 1:
+            raise InvalidEnvelope("attribute sequence must be a positive integer")
+        if not isinstance(raw["data"], dict):
+            raise InvalidEnvelope("attribute data must be a JSON object")
+        causation = raw.get("causationid")
+        if causation is not None and not isinstance(causation, str):
+            raise InvalidEnvelope("attribute causationid must be a string")
+        try:
+            parse_time(raw["time"])
+        except ValueError as exc:
+            raise InvalidEnvelope("attribute time is not an RFC 3339 timestamp") from exc
+        return cls(
+            id=raw["id"],
+            source=raw["source"],
+            type=raw["type"],
+            subject=raw["subject"],
+            time=raw["time"],
+            sequence=sequence,
+            correlationid=raw["correlationid"],
+            causationid=causation,
+            data=raw["data"],
+            datacontenttype=raw.get("datacontenttype", CONTENT_TYPE),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> CloudEvent:
+        try:
+            raw = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise InvalidEnvelope("envelope is not valid JSON") from exc
+        return cls.from_dict(raw)

@@ -1,0 +1,88 @@
+"""Key design of every table. The only module that builds PK/SK and index key strings.
+
+OrdersTable (one item collection per order):
+    order            PK=ORDER#<orderId>          SK=ORDER
+    its outbox items PK=ORDER#<orderId>          SK=OUTBOX#<sequence:012d>#<eventId>
+    request key      PK=REQUEST#<idempotencyKey> SK=REQUEST   (API Idempotency-Key records)
+
+Outbox items of any table also carry the sparse time index used by replay:
+    outboxBucket = <yyyymmddHH>#<shard>   (write-sharded hourly bucket, no hot partition)
+    outboxTime   = <RFC 3339 time>#<eventId>
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+Key = dict[str, dict[str, str]]
+
+PK = "PK"
+SK = "SK"
+OUTBOX_SK_PREFIX = "OUTBOX#"
+OUTBOX_TIME_INDEX = "OutboxByTime"
+OUTBOX_EVENT_ID_INDEX = "OutboxByEventId"
+OUTBOX_BUCKET = "outboxBucket"
+OUTBOX_TIME = "outboxTime"
+
+_ORDER = "ORDER#"
+_REQUEST = "REQUEST#"
+
+
+def _key(pk: str, sk: str) -> Key:
+    return {PK: {"S": pk}, SK: {"S": sk}}
+
+
+# --- OrdersTable -------------------------------------------------------------------------------------
+def order_partition(order_id: str) -> str:
+    return f"{_ORDER}{order_id}"
+
+
+def order_key(order_id: str) -> Key:
+    return _key(order_partition(order_id), "ORDER")
+
+
+def request_key(idempotency_key: str) -> Key:
+    return _key(f"{_REQUEST}{idempotency_key}", "REQUEST")
+
+
+# --- Outbox items (any table) ------------------------------------------------------------------------
+def outbox_key(partition: str, sequence: int, event_id: str) -> Key:
+    # Zero-padded so that an aggregate's outbox items sort by sequence within its collection.
+    return _key(partition, f"{OUTBOX_SK_PREFIX}{sequence:012d}#{event_id}")
+
+
+def is_outbox_sort_key(sort_key: str) -> bool:
+    return sort_key.startswith(OUTBOX_SK_PREFIX)
+
+
+def _hour(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%d%H")
+
+
+def outbox_time_attributes(occurred_at: datetime, event_id: str, shards: int) -> dict[str, dict[str, str]]:
+    shard = zlib.crc32(event_id.encode()) % shards
+    stamp = occurred_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {
+        OUTBOX_BUCKET: {"S": f"{_hour(occurred_at)}#{shard}"},
+        OUTBOX_TIME: {"S": f"{stamp}#{event_id}"},
+    }
+
+
+def outbox_time_bounds(start: datetime, end: datetime) -> tuple[str, str]:
+    """outboxTime range covering [start, end] (the event id suffix sorts after the timestamp)."""
+    fmt = "%Y-%m-%dT%H:%M:%S.%f"
+    return (
+        start.astimezone(UTC).strftime(fmt)[:-3] + "Z",
+        end.astimezone(UTC).strftime(fmt)[:-3] + "Z\uffff",
+    )
+
+
+def outbox_buckets(start: datetime, end: datetime, shards: int) -> Iterator[str]:
+    """Every bucket that can hold an outbox item written between start and end."""
+    hour = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    while hour <= end:
+        for shard in range(shards):
+            yield f"{_hour(hour)}#{shard}"
+        hour += timedelta(hours=1)

@@ -1,0 +1,187 @@
+"""DynamoDB access for orders: one transaction per change writes the order and its outbox item."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shop import aws, keys
+from shop.config import Settings
+from shop.dynamo import cancellation_codes, error_code, raise_if_throttled
+from shop.envelope import CloudEvent
+from shop.orders import (
+    Order,
+    OrderLine,
+    OrderStatus,
+    RequestKeyTaken,
+    RequestRecord,
+    VersionConflict,
+)
+from shop.outbox import outbox_item
+
+_NOT_EXISTS = "attribute_not_exists(PK)"
+
+
+def _order_attributes(order: Order) -> dict[str, Any]:
+    return {
+        "entityType": {"S": "Order"},
+        "orderId": {"S": order.order_id},
+        "customerId": {"S": order.customer_id},
+        "currency": {"S": order.currency},
+        "lines": {
+            "L": [
+                {
+                    "M": {
+                        "sku": {"S": line.sku},
+                        "quantity": {"N": str(line.quantity)},
+                        "unitPrice": {"N": str(line.unit_price)},
+                    }
+                }
+                for line in order.lines
+            ]
+        },
+        "totalAmount": {"N": str(order.total_amount)},
+        "status": {"S": str(order.status)},
+        "version": {"N": str(order.version)},
+        "createdAt": {"S": order.created_at},
+        "updatedAt": {"S": order.updated_at},
+    }
+
+
+def _order_from_item(item: dict[str, Any]) -> Order:
+    return Order(
+        order_id=item["orderId"]["S"],
+        customer_id=item["customerId"]["S"],
+        currency=item["currency"]["S"],
+        lines=tuple(
+            OrderLine(
+                sku=line["M"]["sku"]["S"],
+                quantity=int(line["M"]["quantity"]["N"]),
+                unit_price=int(line["M"]["unitPrice"]["N"]),
+            )
+            for line in item["lines"]["L"]
+        ),
+        status=OrderStatus(item["status"]["S"]),
+        version=int(item["version"]["N"]),
+        created_at=item["createdAt"]["S"],
+        updated_at=item["updatedAt"]["S"],
+    )
+
+
+class DynamoOrderRepository:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._table = settings.require("orders_table_name")
+
+    def _outbox_put(self, order: Order, event: CloudEvent) -> dict[str, Any]:
+        item = outbox_item(
+            event,
+            keys.order_partition(order.order_id),
+            ttl_days=self._settings.outbox_ttl_days,
+            time_shards=self._settings.outbox_time_shards,
+            max_event_bytes=self._settings.max_event_bytes,
+        )
+        return {"Put": {"TableName": self._table, "Item": item, "ConditionExpression": _NOT_EXISTS}}
+
+    def create(self, order: Order, event: CloudEvent, request: RequestRecord | None) -> None:
+        actions: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": {**keys.order_key(order.order_id), **_order_attributes(order)},
+                    "ConditionExpression": _NOT_EXISTS,
+                }
+            },
+            self._outbox_put(order, event),
+        ]
+        if request is not None:
+            expires = int(time.time()) + self._settings.request_key_ttl_hours * 3600
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": {
+                            **keys.request_key(request.idempotency_key),
+                            "entityType": {"S": "RequestKey"},
+                            "fingerprint": {"S": request.fingerprint},
+                            "orderId": {"S": request.order_id},
+                            "response": {"S": json.dumps(request.response, separators=(",", ":"))},
+                            "expiresAt": {"N": str(expires)},
+                        },
+                        # An expired record (TTL deletion is lazy) no longer binds the key.
+                        "ConditionExpression": "attribute_not_exists(PK) OR expiresAt < :now",
+                        "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}},
+                    }
+                }
+            )
+        try:
+            aws.dynamodb().transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+        except ClientError as exc:
+            raise_if_throttled(exc)
+            codes = cancellation_codes(exc)
+            if request is not None and len(codes) == 3 and codes[2] == "ConditionalCheckFailed":
+                raise RequestKeyTaken(request.idempotency_key) from exc
+            raise
+
+    def get(self, order_id: str) -> Order | None:
+        try:
+            response = aws.dynamodb().get_item(
+                TableName=self._table, Key=keys.order_key(order_id), ConsistentRead=True
+            )
+        except ClientError as exc:
+            raise_if_throttled(exc)
+            raise
+        item = response.get("Item")
+        return _order_from_item(item) if item else None
+
+    def get_request(self, idempotency_key: str) -> RequestRecord | None:
+        try:
+            response = aws.dynamodb().get_item(
+                TableName=self._table, Key=keys.request_key(idempotency_key), ConsistentRead=True
+            )
+        except ClientError as exc:
+            raise_if_throttled(exc)
+            raise
+        item = response.get("Item")
+        if not item or int(item["expiresAt"]["N"]) < time.time():
+            return None  # TTL deletion is lazy: an expired record no longer binds the key
+        return RequestRecord(
+            idempotency_key=idempotency_key,
+            fingerprint=item["fingerprint"]["S"],
+            order_id=item["orderId"]["S"],
+            response=json.loads(item["response"]["S"]),
+        )
+
+    def save_transition(self, order: Order, expected_version: int, event: CloudEvent) -> None:
+        update = {
+            "Update": {
+                "TableName": self._table,
+                "Key": keys.order_key(order.order_id),
+                "UpdateExpression": "SET #status = :status, #version = :version, updatedAt = :updated",
+                "ConditionExpression": "#version = :expected",
+                "ExpressionAttributeNames": {"#status": "status", "#version": "version"},
+                "ExpressionAttributeValues": {
+                    ":status": {"S": str(order.status)},
+                    ":version": {"N": str(order.version)},
+                    ":updated": {"S": order.updated_at},
+                    ":expected": {"N": str(expected_version)},
+                },
+            }
+        }
+        try:
+            aws.dynamodb().transact_write_items(
+                TransactItems=[update, self._outbox_put(order, event)]  # type: ignore[list-item]
+            )
+        except ClientError as exc:
+            raise_if_throttled(exc)
+            codes = cancellation_codes(exc)
+            if (
+                error_code(exc) == "TransactionCanceledException"
+                and codes
+                and codes[0] == ("ConditionalCheckFailed")
+            ):
+                raise VersionConflict(order.order_id) from exc
+            raise

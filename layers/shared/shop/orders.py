@@ -1,0 +1,261 @@
+"""Orders: the aggregate, its state machine, its events, and the application service the API calls."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from shop.config import Settings
+from shop.envelope import CloudEvent, format_time, now
+from shop.errors import (
+    ConcurrentModification,
+    IdempotencyKeyReused,
+    IllegalTransition,
+    OrderNotFound,
+    RequestInProgress,
+)
+from shop.outbox import ensure_publishable
+
+EVENT_SOURCE = "shop.orders"
+ORDER_CREATED = "OrderCreated"
+ORDER_CANCELLED = "OrderCancelled"
+ORDER_CONFIRMED = "OrderConfirmed"
+ORDER_REJECTED = "OrderRejected"
+MAX_LINES = 100
+_CANCEL_ATTEMPTS = 3
+
+
+class OrderStatus(StrEnum):
+    PENDING = "PENDING"
+    CONFIRMED = "CONFIRMED"
+    REJECTED = "REJECTED"
+    CANCELLED = "CANCELLED"
+
+
+# Which status an order may move to from which; anything else is an illegal transition.
+_TRANSITIONS: dict[OrderStatus, frozenset[OrderStatus]] = {
+    OrderStatus.PENDING: frozenset({OrderStatus.CONFIRMED, OrderStatus.REJECTED, OrderStatus.CANCELLED}),
+    OrderStatus.CONFIRMED: frozenset({OrderStatus.CANCELLED}),
+    OrderStatus.REJECTED: frozenset(),
+    OrderStatus.CANCELLED: frozenset(),
+}
+_EVENT_FOR_STATUS = {
+    OrderStatus.CANCELLED: ORDER_CANCELLED,
+    OrderStatus.CONFIRMED: ORDER_CONFIRMED,
+    OrderStatus.REJECTED: ORDER_REJECTED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OrderLine:
+    sku: str
+    quantity: int
+    unit_price: int  # minor units of the order currency (cents for USD); never a float
+
+    @property
+    def line_total(self) -> int:
+        return self.quantity * self.unit_price
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sku": self.sku,
+            "quantity": self.quantity,
+            "unitPrice": self.unit_price,
+            "lineTotal": self.line_total,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    order_id: str
+    customer_id: str
+    currency: str
+    lines: tuple[OrderLine, ...]
+    status: OrderStatus
+    version: int
+    created_at: str
+    updated_at: str
+
+    @property
+    def total_amount(self) -> int:
+        return sum(line.line_total for line in self.lines)
+
+    def transition_to(self, status: OrderStatus, at: datetime) -> Order:
+        if status not in _TRANSITIONS[self.status]:
+            raise IllegalTransition(
+                f"an order in status {self.status} cannot become {status}",
+                {"orderId": self.order_id, "status": str(self.status), "requested": str(status)},
+            )
+        return replace(self, status=status, version=self.version + 1, updated_at=format_time(at))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The public representation: the API response body and the data of order events."""
+        return {
+            "orderId": self.order_id,
+            "customerId": self.customer_id,
+            "currency": self.currency,
+            "items": [line.to_dict() for line in self.lines],
+            "totalAmount": self.total_amount,
+            "status": str(self.status),
+            "version": self.version,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
+    def event(self, event_type: str, correlation_id: str, causation_id: str | None = None) -> CloudEvent:
+        return CloudEvent.new(
+            source=EVENT_SOURCE,
+            type=event_type,
+            subject=self.order_id,
+            sequence=self.version,
+            data=self.to_dict(),
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            time=datetime.fromisoformat(self.updated_at.replace("Z", "+00:00")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceOrder:
+    """A validated request to place an order."""
+
+    customer_id: str
+    currency: str
+    lines: tuple[OrderLine, ...]
+
+    def fingerprint(self) -> str:
+        """Stable digest of the request, to tell a retry from a different request with the same key."""
+        canonical = json.dumps(
+            {
+                "customerId": self.customer_id,
+                "currency": self.currency,
+                "items": [[line.sku, line.quantity, line.unit_price] for line in self.lines],
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What the API remembers of a request made with an Idempotency-Key."""
+
+    idempotency_key: str
+    fingerprint: str
+    order_id: str
+    response: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedOrder:
+    order: dict[str, Any]
+    replayed: bool
+
+
+class RequestKeyTaken(Exception):
+    """The Idempotency-Key already has a record (raised by the repository)."""
+
+
+class VersionConflict(Exception):
+    """The order's version is not the expected one (raised by the repository)."""
+
+
+class OrderRepository(Protocol):
+    def create(self, order: Order, event: CloudEvent, request: RequestRecord | None) -> None: ...
+    def get(self, order_id: str) -> Order | None: ...
+    def get_request(self, idempotency_key: str) -> RequestRecord | None: ...
+    def save_transition(self, order: Order, expected_version: int, event: CloudEvent) -> None: ...
+
+
+def new_order_id() -> str:
+    return f"o-{uuid.uuid4().hex}"
+
+
+class OrderService:
+    def __init__(
+        self,
+        repository: OrderRepository,
+        settings: Settings,
+        clock: Callable[[], datetime] = now,
+        new_id: Callable[[], str] = new_order_id,
+    ) -> None:
+        self._repository = repository
+        self._settings = settings
+        self._clock = clock
+        self._new_id = new_id
+
+    def place_order(
+        self, command: PlaceOrder, *, idempotency_key: str | None, correlation_id: str
+    ) -> PlacedOrder:
+        at = format_time(self._clock())
+        order = Order(
+            order_id=self._new_id(),
+            customer_id=command.customer_id,
+            currency=command.currency,
+            lines=command.lines,
+            status=OrderStatus.PENDING,
+            version=1,
+            created_at=at,
+            updated_at=at,
+        )
+        event = order.event(ORDER_CREATED, correlation_id)
+        ensure_publishable(event, self._settings.max_event_bytes)
+        request = None
+        if idempotency_key is not None:
+            request = RequestRecord(idempotency_key, command.fingerprint(), order.order_id, order.to_dict())
+        try:
+            self._repository.create(order, event, request)
+        except RequestKeyTaken:
+            assert idempotency_key is not None  # only a request record can be taken
+            return self._replay(idempotency_key, command)
+        return PlacedOrder(order.to_dict(), replayed=False)
+
+    def _replay(self, idempotency_key: str, command: PlaceOrder) -> PlacedOrder:
+        previous = self._repository.get_request(idempotency_key)
+        if previous is None:
+            # The key's transaction is committing concurrently (or just expired): the client retries.
+            raise RequestInProgress("a request with this Idempotency-Key is in progress; retry shortly")
+        if previous.fingerprint != command.fingerprint():
+            raise IdempotencyKeyReused(
+                "this Idempotency-Key was already used with a different request body",
+                {"orderId": previous.order_id},
+            )
+        return PlacedOrder(previous.response, replayed=True)
+
+    def get_order(self, order_id: str) -> Order:
+        order = self._repository.get(order_id)
+        if order is None:
+            raise OrderNotFound("no order with this id", {"orderId": order_id})
+        return order
+
+    def cancel_order(self, order_id: str, *, correlation_id: str) -> Order:
+        """Cancel an order; cancelling a cancelled order is a no-op that returns it (no new event)."""
+        for _ in range(_CANCEL_ATTEMPTS):
+            current = self.get_order(order_id)
+            if current.status is OrderStatus.CANCELLED:
+                return current
+            cancelled = current.transition_to(OrderStatus.CANCELLED, self._clock())
+            event = cancelled.event(ORDER_CANCELLED, correlation_id)
+            try:
+                self._repository.save_transition(cancelled, current.version, event)
+            except VersionConflict:
+                continue  # changed under us (e.g. confirmed meanwhile): re-read and decide again
+            return cancelled
+        raise ConcurrentModification("the order kept changing while it was being cancelled; retry")
+
+    def apply_status(
+        self, order_id: str, status: OrderStatus, *, correlation_id: str, causation_id: str
+    ) -> Order:
+        """Move an order to a saga outcome status and record its event in the same transaction."""
+        current = self.get_order(order_id)
+        changed = current.transition_to(status, self._clock())
+        event = changed.event(_EVENT_FOR_STATUS[status], correlation_id, causation_id)
+        self._repository.save_transition(changed, current.version, event)
+        return changed

@@ -1,0 +1,1 @@
+"""The docker-free local stack: provisions and wires the pipeline from template.yaml."""

@@ -1,0 +1,97 @@
+"""Helpers shared by the test layers: loading handlers from their CodeUri, events, Lambda contexts."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from local.template import ROOT, FunctionSpec
+
+EVENTS_DIR = ROOT / "events"
+
+
+def load_event(name: str) -> dict[str, Any]:
+    """A sample event from events/ (a fresh copy each time, so tests may edit it)."""
+    data = json.loads((EVENTS_DIR / name).read_text())
+    assert isinstance(data, dict)
+    return copy.deepcopy(data)
+
+
+def load_handler_module(spec: FunctionSpec) -> ModuleType:
+    """Import a function's handler module from its CodeUri under a unique module name."""
+    module_file, _ = spec.handler.rsplit(".", 1)
+    unique = f"fn_{spec.logical_id}"
+    if unique in sys.modules:
+        return sys.modules[unique]
+    code_dir = str(spec.code_uri)
+    if code_dir not in sys.path:
+        sys.path.insert(0, code_dir)  # sibling modules (e.g. schemas.py), as in the Lambda runtime
+    module_spec = importlib.util.spec_from_file_location(unique, spec.code_uri / f"{module_file}.py")
+    assert module_spec is not None
+    assert module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[unique] = module
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def clear_module_caches(module: ModuleType) -> None:
+    """Forget functools.cache'd factories (service objects bound to a previous environment)."""
+    for value in vars(module).values():
+        if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", "") == (
+            module.__name__
+        ):
+            value.cache_clear()
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of the Lambda context object the handlers and Powertools use."""
+
+    function_name: str = "local-function"
+    timeout_seconds: float = 10.0
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    log_group_name: str = "/local"
+    log_stream_name: str = "local"
+    _deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_seconds
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def read_root_file(relative: str) -> str:
+    return (ROOT / relative).read_text()
+
+
+def json_body(response: dict[str, Any]) -> Any:
+    return json.loads(response["body"])
+
+
+def header(response: dict[str, Any], name: str) -> str | None:
+    for key, values in (response.get("multiValueHeaders") or {}).items():
+        if key.lower() == name.lower():
+            return str(values[0])
+    for key, value in (response.get("headers") or {}).items():
+        if key.lower() == name.lower():
+            return str(value)
+    return None
+
+
+__all__ = ["ROOT", "Path"]

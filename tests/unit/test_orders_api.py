@@ -1,0 +1,266 @@
+"""The order API handler, driven by the sample events in events/, against moto."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+import shop.aws
+from local.template import Template
+from tests.support import header, json_body, load_event
+
+API = "OrdersApiFunction"
+
+
+@pytest.fixture
+def api(aws: None, invoke: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
+    def call(event: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+        response = invoke(API, event, env)
+        assert isinstance(response, dict)
+        return response
+
+    return call
+
+
+@pytest.fixture
+def table_items(template: Template) -> Callable[[], list[dict[str, Any]]]:
+    def scan() -> list[dict[str, Any]]:
+        client = boto3.client("dynamodb")
+        return client.scan(TableName=template.physical_name("OrdersTable"))["Items"]
+
+    return scan
+
+
+def create_event(body: dict[str, Any] | None = None, key: str | None = "key-1") -> dict[str, Any]:
+    event = load_event("api_create_order.json")
+    if body is not None:
+        event["body"] = json.dumps(body)
+    if key is None:
+        del event["headers"]["Idempotency-Key"]
+    else:
+        event["headers"]["Idempotency-Key"] = key
+    return event
+
+
+def order_event(name: str, order_id: str) -> dict[str, Any]:
+    event = load_event(name)
+    event["pathParameters"] = {"orderId": order_id}
+    event["path"] = event["path"].replace("o-00000000000000000000000000000001", order_id)
+    return event
+
+
+def outbox_envelopes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [json.loads(i["envelope"]["S"]) for i in items if i["SK"]["S"].startswith("OUTBOX#")]
+
+
+def test_create_order_writes_order_and_created_event_together(api, table_items):
+    # Given a valid order request with a correlation id
+    event = create_event()
+
+    # When it is posted
+    response = api(event)
+
+    # Then the order is created PENDING at version 1 with integer totals and a Location
+    assert response["statusCode"] == 201
+    order = json_body(response)
+    assert order["status"] == "PENDING"
+    assert order["version"] == 1
+    assert order["totalAmount"] == 2 * 1250 + 399
+    assert [line["lineTotal"] for line in order["items"]] == [2500, 399]
+    assert header(response, "Location") == f"/dev/orders/{order['orderId']}"
+    assert header(response, "X-Correlation-Id") == "corr-demo-0001"
+    # And exactly one OrderCreated outbox event sits beside the order, in the same item collection
+    items = table_items()
+    orders = [i for i in items if i["SK"]["S"] == "ORDER"]
+    events = outbox_envelopes(items)
+    assert len(orders) == 1
+    assert orders[0]["PK"]["S"] == f"ORDER#{order['orderId']}"
+    assert len(events) == 1
+    created = events[0]
+    assert created["specversion"] == "1.0"
+    assert created["type"] == "OrderCreated"
+    assert created["source"] == "shop.orders"
+    assert created["subject"] == order["orderId"]
+    assert created["sequence"] == 1
+    assert created["correlationid"] == "corr-demo-0001"
+    assert created["data"] == order
+
+
+def test_retry_with_same_key_and_body_replays_the_response_and_writes_nothing(api, table_items):
+    first = api(create_event(key="retry-1"))
+    items_after_first = table_items()
+
+    second = api(create_event(key="retry-1"))
+
+    assert second["statusCode"] == first["statusCode"] == 201
+    assert json_body(second) == json_body(first)
+    assert header(second, "Location") == header(first, "Location")
+    assert header(second, "Idempotent-Replayed") == "true"
+    assert table_items() == items_after_first
+
+
+def test_same_key_with_a_different_body_is_refused(api, table_items):
+    api(create_event(key="reuse-1"))
+    before = table_items()
+    other = json.loads(create_event()["body"])
+    other["items"][0]["quantity"] = 7
+
+    response = api(create_event(other, key="reuse-1"))
+
+    assert response["statusCode"] == 422
+    assert json_body(response)["error"]["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert table_items() == before
+
+
+def test_without_idempotency_key_each_post_creates_an_order(api, table_items):
+    first = json_body(api(create_event(key=None)))
+    second = json_body(api(create_event(key=None)))
+
+    assert first["orderId"] != second["orderId"]
+    assert len(outbox_envelopes(table_items())) == 2
+
+
+def test_malformed_json_is_a_400_with_error_body(api, table_items):
+    response = api(load_event("api_create_order_malformed_json.json"))
+
+    assert response["statusCode"] == 400
+    assert json_body(response)["error"]["code"] == "MALFORMED_JSON"
+    assert table_items() == []
+
+
+def test_invalid_fields_are_a_422_naming_each_field(api, table_items):
+    response = api(load_event("api_create_order_invalid_fields.json"))
+
+    assert response["statusCode"] == 422
+    error = json_body(response)["error"]
+    assert error["code"] == "VALIDATION_FAILED"
+    fields = {f["field"] for f in error["details"]["fields"]}
+    assert {"currency", "items.0.quantity", "items.0.unitPrice", "coupon"} <= fields
+    assert table_items() == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda b: b.pop("customerId"), "customerId"),
+        (lambda b: b["items"][0].update(quantity=-1), "items.0.quantity"),
+        (lambda b: b["items"][0].update(quantity="2"), "items.0.quantity"),
+        (lambda b: b.update(items=[]), "items"),
+        (lambda b: b.update(items=b["items"][:1] * 101), "items"),
+    ],
+    ids=["missing-field", "negative-quantity", "string-quantity", "no-lines", "101-lines"],
+)
+def test_each_rule_of_the_request_schema_is_enforced(api, mutate, field):
+    body = json.loads(create_event()["body"])
+    mutate(body)
+
+    response = api(create_event(body))
+
+    assert response["statusCode"] == 422
+    assert field in {f["field"] for f in json_body(response)["error"]["details"]["fields"]}
+
+
+def test_wrong_content_type_is_a_415(api, table_items):
+    response = api(load_event("api_create_order_wrong_content_type.json"))
+
+    assert response["statusCode"] == 415
+    assert json_body(response)["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    assert table_items() == []
+
+
+def test_body_larger_than_the_event_limit_is_a_413(api):
+    event = create_event()
+    event["body"] = json.dumps({"customerId": "c-1", "pad": "x" * 300_000})
+
+    response = api(event)
+
+    assert response["statusCode"] == 413
+    assert json_body(response)["error"]["code"] == "BODY_TOO_LARGE"
+
+
+def test_an_event_that_could_not_be_published_is_never_written(api, table_items):
+    body = json.loads(create_event()["body"])
+    body["items"] = [{"sku": f"SKU-{n:04d}", "quantity": 1, "unitPrice": 100} for n in range(60)]
+
+    response = api(create_event(body), env={"MAX_EVENT_BYTES": "4096"})
+
+    assert response["statusCode"] == 413
+    assert json_body(response)["error"]["code"] == "EVENT_TOO_LARGE"
+    assert table_items() == []
+
+
+def test_get_returns_the_order_and_404_for_an_unknown_id(api):
+    created = json_body(api(create_event()))
+
+    found = api(order_event("api_get_order.json", created["orderId"]))
+    missing = api(load_event("api_get_order.json"))
+
+    assert found["statusCode"] == 200
+    assert json_body(found) == created
+    assert missing["statusCode"] == 404
+    assert json_body(missing)["error"]["code"] == "ORDER_NOT_FOUND"
+
+
+def test_cancel_moves_to_cancelled_with_an_event_and_is_idempotent(api, table_items):
+    created = json_body(api(create_event()))
+
+    first = api(order_event("api_cancel_order.json", created["orderId"]))
+    again = api(order_event("api_cancel_order.json", created["orderId"]))
+
+    assert first["statusCode"] == again["statusCode"] == 200
+    assert json_body(first)["status"] == "CANCELLED"
+    assert json_body(first)["version"] == 2
+    assert json_body(again) == json_body(first)
+    types = [(e["type"], e["sequence"]) for e in outbox_envelopes(table_items())]
+    assert sorted(types) == [("OrderCancelled", 2), ("OrderCreated", 1)]
+
+
+def test_cancelling_a_rejected_order_is_a_409(api, table_items):
+    created = json_body(api(create_event()))
+    boto3.client("dynamodb").update_item(
+        TableName="local-OrdersTable",
+        Key={"PK": {"S": f"ORDER#{created['orderId']}"}, "SK": {"S": "ORDER"}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":s": {"S": "REJECTED"}},
+    )
+
+    response = api(order_event("api_cancel_order.json", created["orderId"]))
+
+    assert response["statusCode"] == 409
+    assert json_body(response)["error"]["code"] == "ILLEGAL_TRANSITION"
+    assert [e["type"] for e in outbox_envelopes(table_items())] == ["OrderCreated"]
+
+
+def test_throttled_write_is_a_503_with_retry_after(api, table_items):
+    api(create_event(key="warm-up"))  # builds the cached client the stub attaches to
+    before = table_items()
+    with Stubber(shop.aws.dynamodb()) as stub:
+        stub.add_client_error("transact_write_items", service_error_code="ThrottlingException")
+
+        response = api(create_event(key="throttled"))
+
+    assert response["statusCode"] == 503
+    assert header(response, "Retry-After") == "1"
+    assert json_body(response)["error"]["code"] == "SERVICE_BUSY"
+    assert table_items() == before
+
+
+def test_unexpected_failure_is_a_500_without_internals(api):
+    api(create_event(key="warm-up"))
+    with Stubber(shop.aws.dynamodb()) as stub:
+        stub.add_client_error("transact_write_items", service_error_code="InternalServerError")
+
+        response = api(create_event(key="boom"))
+
+    assert response["statusCode"] == 500
+    assert json_body(response) == {
+        "error": {"code": "INTERNAL_ERROR", "message": "the request could not be completed", "details": {}}
+    }
+    assert "Traceback" not in response["body"]
+    assert "local-OrdersTable" not in response["body"]
