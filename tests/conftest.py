@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+# Powertools reads these when shop.observability is first imported, which may be at collection.
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "ServerlessOutboxTest")
+os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "tests")
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+
 import shop.aws
 import shop.config
+import shop.observability
 from local.template import Template
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
 
@@ -38,6 +45,7 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 def reset_process_state() -> None:
     shop.config.get_settings.cache_clear()
     shop.aws.reset_clients()
+    shop.observability.metrics.clear_metrics()
 
 
 Handler = Callable[..., Any]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -34,3 +36,30 @@ def aws(fake_credentials: None, template: Template) -> Iterator[None]:
             client.create_table(**template.create_table_kwargs(logical_id))
         yield
         reset_process_state()
+
+
+@pytest.fixture
+def bus(aws: None, template: Template) -> Callable[[], list[dict[str, Any]]]:
+    """The template's bus with a catch-all rule into a capture queue; returns a reader of what arrived."""
+    events = boto3.client("events")
+    sqs = boto3.client("sqs")
+    bus_name = template.physical_name("EventBus")
+    events.create_event_bus(Name=bus_name)
+    queue_url = sqs.create_queue(QueueName="capture")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    events.put_rule(Name="all", EventBusName=bus_name, EventPattern='{"source": [{"prefix": ""}]}')
+    events.put_targets(Rule="all", EventBusName=bus_name, Targets=[{"Id": "capture", "Arn": queue_arn}])
+
+    def received() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+            if not batch:
+                return out
+            for message in batch:
+                out.append(json.loads(message["Body"]))
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+    return received

@@ -54,7 +54,10 @@ def sns() -> SNSClient:
     return boto3.client("sns", config=_CLIENT_CONFIG)
 
 
+_FACTORIES = (dynamodb, dynamodb_streams, events, sqs, sns)
+
+
 def reset_clients() -> None:
     """Forget every cached client (tests switch endpoints and credentials between cases)."""
-    for factory in (dynamodb, dynamodb_streams, events, sqs, sns):
+    for factory in _FACTORIES:
         factory.cache_clear()

@@ -77,6 +77,7 @@ class OutboxEntry:
     aggregate: str
     sequence: int
     occurred_at: str
+    correlation_id: str
     trace_header: str | None
     size: int
 
@@ -110,6 +111,7 @@ def decode_outbox_image(image: dict[str, Any], max_event_bytes: int) -> OutboxEn
         aggregate=f"{event.source}|{event.subject}",
         sequence=event.sequence,
         occurred_at=event.time,
+        correlation_id=event.correlationid,
         trace_header=trace if isinstance(trace, str) else None,
         size=size,
     )

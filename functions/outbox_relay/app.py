@@ -1,0 +1,64 @@
+"""Outbox relay: DynamoDB stream batch → EventBridge, reporting the exact retry checkpoint.
+
+Powertools' BatchProcessor handles records one by one; the relay needs whole-batch publishing
+(10 entries per PutEvents call) with a single in-order checkpoint, so it answers in the same
+`batchItemFailures` shape itself.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shop.config import get_settings
+from shop.observability import logger, metrics, tracer
+from shop.publisher import EventPublisher
+from shop.relay import StreamChange, relay_outbox_changes
+
+
+@cache
+def event_publisher() -> EventPublisher:
+    settings = get_settings()
+    return EventPublisher(settings.require("event_bus_name"), settings.max_event_bytes)
+
+
+def stream_changes(event: dict[str, Any]) -> list[StreamChange]:
+    return [
+        StreamChange(
+            sequence_number=record["dynamodb"]["SequenceNumber"],
+            event_name=record.get("eventName", ""),
+            new_image=record["dynamodb"].get("NewImage"),
+        )
+        for record in event.get("Records", [])
+    ]
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    changes = stream_changes(event)
+    metrics.add_metric(name="RelayBatchSize", unit=MetricUnit.Count, value=len(changes))
+    outcome = relay_outbox_changes(
+        changes,
+        event_publisher(),
+        get_settings().max_event_bytes,
+        remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
+    )
+    for entry in outcome.published:
+        logger.info(
+            "event published",
+            extra={
+                "event_id": entry.event_id,
+                "event_type": entry.detail_type,
+                "aggregate": entry.aggregate,
+                "correlation_id": entry.correlation_id,
+            },
+        )
+    if outcome.checkpoint is None:
+        return {"batchItemFailures": []}
+    # Lambda retries from the lowest reported sequence number; reporting that one is enough.
+    return {"batchItemFailures": [{"itemIdentifier": outcome.checkpoint}]}

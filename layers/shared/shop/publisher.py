@@ -1,0 +1,154 @@
+"""Publishing outbox entries to EventBridge: PutEvents in ordered chunks, retried entry by entry.
+
+Guarantees of publish_in_order():
+- chunks hold at most 10 entries and at most `max_request_bytes`, in input order;
+- a chunk never holds two events of one aggregate, so an aggregate's later event is never accepted
+  while an earlier one failed (a failed entry is retried alone; its chunk-mates are other aggregates);
+- retryable failures (throttling, internal errors) are retried with full-jitter backoff while the
+  attempt budget and the invocation's remaining time allow;
+- on the first failure that remains, nothing after the chunk is sent, and the position of the first
+  unpublished entry is returned, so the caller can checkpoint exactly there.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from shop import aws
+from shop.outbox import OutboxEntry
+
+MAX_ENTRIES_PER_CALL = 10
+RETRYABLE_ENTRY_CODES = frozenset({"ThrottlingException", "InternalFailure", "InternalException"})
+RETRYABLE_CALL_CODES = frozenset(
+    {"ThrottlingException", "InternalFailure", "InternalException", "ServiceUnavailable", "RequestTimeout"}
+)
+
+
+@dataclass
+class PublishResult:
+    """What happened to a sequence of entries handed to publish_in_order()."""
+
+    confirmed: int = 0  # leading entries known to be on the bus
+    first_unpublished: int | None = None  # position of the checkpoint, None when all were accepted
+    calls: int = 0
+    failures_by_code: dict[str, int] = field(default_factory=dict)
+    accepted_positions: list[int] = field(default_factory=list)
+
+    def _count(self, code: str) -> None:
+        self.failures_by_code[code] = self.failures_by_code.get(code, 0) + 1
+
+
+def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> list[range]:
+    """Split positions into PutEvents-sized chunks that never repeat an aggregate."""
+    chunks: list[range] = []
+    start, size, aggregates = 0, 0, set[str]()
+    for position, entry in enumerate(entries):
+        full = (
+            position - start == MAX_ENTRIES_PER_CALL
+            or size + entry.size > max_request_bytes
+            or entry.aggregate in aggregates
+        )
+        if full and position > start:
+            chunks.append(range(start, position))
+            start, size, aggregates = position, 0, set()
+        size += entry.size
+        aggregates.add(entry.aggregate)
+    if start < len(entries):
+        chunks.append(range(start, len(entries)))
+    return chunks
+
+
+class EventPublisher:
+    def __init__(
+        self,
+        bus_name: str,
+        max_request_bytes: int,
+        *,
+        max_attempts: int = 6,
+        base_delay_seconds: float = 0.05,
+        max_delay_seconds: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self._bus = bus_name
+        self._max_request_bytes = max_request_bytes
+        self._max_attempts = max_attempts
+        self._base_delay = base_delay_seconds
+        self._max_delay = max_delay_seconds
+        self._sleep = sleep
+        self._jitter = jitter
+
+    def _backoff(self, attempt: int, remaining_seconds: Callable[[], float]) -> bool:
+        """Sleep before retry `attempt` (1-based); False when the budget or the clock says stop."""
+        if attempt >= self._max_attempts:
+            return False
+        delay = self._jitter() * min(self._max_delay, self._base_delay * 2**attempt)
+        # Keep a safety margin so the handler can still answer with its batchItemFailures.
+        if remaining_seconds() - delay < 2.0:
+            return False
+        self._sleep(delay)
+        return True
+
+    def publish_in_order(
+        self, entries: Sequence[OutboxEntry], remaining_seconds: Callable[[], float] = lambda: 60.0
+    ) -> PublishResult:
+        result = PublishResult()
+        for chunk in ordered_chunks(entries, self._max_request_bytes):
+            failed_at = self._publish_chunk(entries, chunk, result, remaining_seconds)
+            if failed_at is not None:
+                result.first_unpublished = failed_at
+                result.confirmed = failed_at
+                return result
+        result.confirmed = len(entries)
+        return result
+
+    def _publish_chunk(
+        self,
+        entries: Sequence[OutboxEntry],
+        chunk: range,
+        result: PublishResult,
+        remaining_seconds: Callable[[], float],
+    ) -> int | None:
+        pending = list(chunk)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = aws.events().put_events(
+                    Entries=[entries[p].to_put_events_entry(self._bus) for p in pending]  # type: ignore[misc]
+                )
+                result.calls += 1
+            except ClientError as exc:
+                result.calls += 1
+                code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
+                result._count(code)
+                if code in RETRYABLE_CALL_CODES and self._backoff(attempt, remaining_seconds):
+                    continue
+                return pending[0]
+            except BotoCoreError:
+                # Connection or timeout: the call may or may not have landed; retrying can duplicate,
+                # which consumers absorb, whereas giving up early only delays.
+                result._count("ConnectionError")
+                if self._backoff(attempt, remaining_seconds):
+                    continue
+                return pending[0]
+            still_failing: list[int] = []
+            retryable = True
+            for position, outcome in zip(pending, response["Entries"], strict=True):
+                entry_code = outcome.get("ErrorCode")
+                if entry_code:
+                    result._count(entry_code)
+                    still_failing.append(position)
+                    retryable = retryable and entry_code in RETRYABLE_ENTRY_CODES
+                else:
+                    result.accepted_positions.append(position)
+            if not still_failing:
+                return None
+            if not retryable or not self._backoff(attempt, remaining_seconds):
+                return still_failing[0]
+            pending = still_failing

@@ -1,0 +1,103 @@
+"""Domain rules that need no AWS: envelope, event ids, sizes, chunking, transitions, key design."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from shop import keys
+from shop.envelope import CloudEvent, entry_size, event_id_for
+from shop.errors import IllegalTransition, InvalidEnvelope
+from shop.orders import Order, OrderLine, OrderStatus, PlaceOrder
+from shop.outbox import OutboxEntry
+from shop.publisher import ordered_chunks
+
+
+def order(status: OrderStatus = OrderStatus.PENDING) -> Order:
+    return Order("o-1", "c-1", "EUR", (OrderLine("A", 3, 199),), status, 1, "2026-01-01T00:00:00.000Z", "x")
+
+
+def entry(aggregate: str, size: int = 100) -> OutboxEntry:
+    return OutboxEntry("id", "s", "T", "{}", aggregate, 1, "2026-01-01T00:00:00.000Z", "c", None, size)
+
+
+def test_event_ids_are_deterministic_per_change_and_distinct_across_changes():
+    assert event_id_for("shop.orders", "o-1", 1, "OrderCreated") == event_id_for(
+        "shop.orders", "o-1", 1, "OrderCreated"
+    )
+    assert event_id_for("shop.orders", "o-1", 1, "OrderCreated") != event_id_for(
+        "shop.orders", "o-1", 2, "OrderCancelled"
+    )
+
+
+def test_envelope_round_trips_and_rejects_what_is_not_a_cloudevent():
+    event = CloudEvent.new(
+        source="shop.orders",
+        type="OrderCreated",
+        subject="o-1",
+        sequence=1,
+        data={"a": 1},
+        correlation_id="c",
+    )
+    assert CloudEvent.from_json(event.to_json()) == event
+    raw = json.loads(event.to_json())
+    for broken in (
+        {k: v for k, v in raw.items() if k != "id"},
+        {**raw, "specversion": "0.3"},
+        {**raw, "sequence": "1"},
+        {**raw, "sequence": 0},
+        {**raw, "time": "yesterday"},
+        {**raw, "data": []},
+    ):
+        with pytest.raises(InvalidEnvelope):
+            CloudEvent.from_dict(broken)
+    with pytest.raises(InvalidEnvelope):
+        CloudEvent.from_json("{not json")
+
+
+def test_entry_size_counts_utf8_bytes_and_the_fixed_time_overhead():
+    assert entry_size("s", "T", "é") == 14 + 1 + 1 + 2
+
+
+def test_chunks_respect_ten_entries_the_byte_limit_and_one_event_per_aggregate():
+    assert [len(c) for c in ordered_chunks([entry(str(n)) for n in range(25)], 10_000)] == [10, 10, 5]
+    assert [len(c) for c in ordered_chunks([entry(str(n), 400) for n in range(5)], 1000)] == [2, 2, 1]
+    assert [list(c) for c in ordered_chunks([entry("a"), entry("b"), entry("a"), entry("c")], 10_000)] == [
+        [0, 1],
+        [2, 3],
+    ]
+
+
+def test_order_state_machine():
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    confirmed = order().transition_to(OrderStatus.CONFIRMED, at)
+    assert (confirmed.status, confirmed.version) == (OrderStatus.CONFIRMED, 2)
+    assert confirmed.transition_to(OrderStatus.CANCELLED, at).version == 3
+    with pytest.raises(IllegalTransition):
+        order(OrderStatus.REJECTED).transition_to(OrderStatus.CANCELLED, at)
+    with pytest.raises(IllegalTransition):
+        confirmed.transition_to(OrderStatus.REJECTED, at)
+
+
+def test_totals_are_integer_minor_units():
+    assert order().total_amount == 597
+    assert order().to_dict()["items"][0]["lineTotal"] == 597
+
+
+def test_request_fingerprint_tells_bodies_apart():
+    one = PlaceOrder("c", "EUR", (OrderLine("A", 1, 100),))
+    assert one.fingerprint() == PlaceOrder("c", "EUR", (OrderLine("A", 1, 100),)).fingerprint()
+    assert one.fingerprint() != PlaceOrder("c", "EUR", (OrderLine("A", 2, 100),)).fingerprint()
+
+
+def test_outbox_time_buckets_cover_every_hour_and_shard_of_a_window():
+    start = datetime(2026, 1, 1, 10, 59, tzinfo=UTC)
+    end = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    buckets = list(keys.outbox_buckets(start, end, 2))
+    assert buckets == [f"20260101{h}#{s}" for h in ("10", "11", "12") for s in (0, 1)]
+    attrs = keys.outbox_time_attributes(datetime(2026, 1, 1, 11, 30, tzinfo=UTC), "e-1", 2)
+    assert attrs["outboxBucket"]["S"] in buckets
+    low, high = keys.outbox_time_bounds(start, end)
+    assert low <= attrs["outboxTime"]["S"] <= high
