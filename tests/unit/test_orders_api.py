@@ -151,9 +151,9 @@ def test_invalid_fields_are_a_422_naming_each_field(api, table_items):
         (lambda b: b["items"][0].update(quantity=-1), "items.0.quantity"),
         (lambda b: b["items"][0].update(quantity="2"), "items.0.quantity"),
         (lambda b: b.update(items=[]), "items"),
-        (lambda b: b.update(items=b["items"][:1] * 101), "items"),
+        (lambda b: b.update(items=b["items"][:1] * 99), "items"),
     ],
-    ids=["missing-field", "negative-quantity", "string-quantity", "no-lines", "101-lines"],
+    ids=["missing-field", "negative-quantity", "string-quantity", "no-lines", "99-lines"],
 )
 def test_each_rule_of_the_request_schema_is_enforced(api, mutate, field):
     body = json.loads(create_event()["body"])

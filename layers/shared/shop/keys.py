@@ -5,6 +5,11 @@ OrdersTable (one item collection per order):
     its outbox items PK=ORDER#<orderId>          SK=OUTBOX#<sequence:012d>#<eventId>
     request key      PK=REQUEST#<idempotencyKey> SK=REQUEST   (API Idempotency-Key records)
 
+InventoryTable:
+    stock of a SKU   PK=SKU#<sku>                SK=STOCK
+    reservation      PK=RESERVATION#<orderId>    SK=RESERVATION
+    its outbox items PK=RESERVATION#<orderId>    SK=OUTBOX#<sequence:012d>#<eventId>
+
 Outbox items of any table also carry the sparse time index used by replay:
     outboxBucket = <yyyymmddHH>#<shard>   (write-sharded hourly bucket, no hot partition)
     outboxTime   = <RFC 3339 time>#<eventId>
@@ -28,6 +33,8 @@ OUTBOX_TIME = "outboxTime"
 
 _ORDER = "ORDER#"
 _REQUEST = "REQUEST#"
+_SKU = "SKU#"
+_RESERVATION = "RESERVATION#"
 
 
 def _key(pk: str, sk: str) -> Key:
@@ -45,6 +52,19 @@ def order_key(order_id: str) -> Key:
 
 def request_key(idempotency_key: str) -> Key:
     return _key(f"{_REQUEST}{idempotency_key}", "REQUEST")
+
+
+# --- InventoryTable ----------------------------------------------------------------------------------
+def stock_key(sku: str) -> Key:
+    return _key(f"{_SKU}{sku}", "STOCK")
+
+
+def reservation_partition(order_id: str) -> str:
+    return f"{_RESERVATION}{order_id}"
+
+
+def reservation_key(order_id: str) -> Key:
+    return _key(reservation_partition(order_id), "RESERVATION")
 
 
 # --- Outbox items (any table) ------------------------------------------------------------------------

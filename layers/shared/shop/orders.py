@@ -27,7 +27,9 @@ ORDER_CREATED = "OrderCreated"
 ORDER_CANCELLED = "OrderCancelled"
 ORDER_CONFIRMED = "OrderConfirmed"
 ORDER_REJECTED = "OrderRejected"
-MAX_LINES = 100
+# The inventory reserves all lines in one transaction (100 actions at most): one action per SKU
+# plus the reservation and its outbox item leaves room for 98 lines.
+MAX_LINES = 98
 _CANCEL_ATTEMPTS = 3
 
 
@@ -250,12 +252,22 @@ class OrderService:
             return cancelled
         raise ConcurrentModification("the order kept changing while it was being cancelled; retry")
 
-    def apply_status(
-        self, order_id: str, status: OrderStatus, *, correlation_id: str, causation_id: str
-    ) -> Order:
-        """Move an order to a saga outcome status and record its event in the same transaction."""
-        current = self.get_order(order_id)
-        changed = current.transition_to(status, self._clock())
-        event = changed.event(_EVENT_FOR_STATUS[status], correlation_id, causation_id)
-        self._repository.save_transition(changed, current.version, event)
-        return changed
+    def apply_inventory_outcome(self, order_id: str, status: OrderStatus, cause: CloudEvent) -> str:
+        """Confirm or reject a PENDING order from the inventory's answer, with its event, atomically.
+
+        Only a PENDING order moves: an order that was cancelled meanwhile stays cancelled (the
+        inventory releases the stock on OrderCancelled), and a repeat of an applied answer finds the
+        order decided already. The version condition makes the write safe on its own.
+        """
+        for _ in range(_CANCEL_ATTEMPTS):
+            current = self.get_order(order_id)
+            if current.status is not OrderStatus.PENDING:
+                return f"ignored:{current.status}"
+            changed = current.transition_to(status, self._clock())
+            event = changed.event(_EVENT_FOR_STATUS[status], cause.correlationid, cause.id)
+            try:
+                self._repository.save_transition(changed, current.version, event)
+            except VersionConflict:
+                continue
+            return str(status).lower()
+        raise ConcurrentModification("the order kept changing while applying the inventory outcome")

@@ -1,0 +1,29 @@
+"""Inventory consumer: OrderCreated reserves every line or none; OrderCancelled releases."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shop.config import get_settings
+from shop.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
+from shop.inventory import InventoryService
+from shop.inventory_repository import DynamoInventoryRepository
+from shop.observability import logger, metrics, tracer
+
+processor = ConsumerBatchProcessor()
+
+
+@cache
+def inventory_consumer() -> IdempotentConsumer:
+    settings = get_settings()
+    return IdempotentConsumer(settings, InventoryService(DynamoInventoryRepository(settings)).apply)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return consume_sqs_batch(event, context, inventory_consumer(), processor)

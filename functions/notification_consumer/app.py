@@ -1,0 +1,28 @@
+"""Notification consumer: one customer notification per OrderConfirmed/OrderRejected/OrderCancelled."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shop.config import get_settings
+from shop.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
+from shop.notifications import CustomerNotifier
+from shop.observability import logger, metrics, tracer
+
+processor = ConsumerBatchProcessor()
+
+
+@cache
+def notification_consumer() -> IdempotentConsumer:
+    settings = get_settings()
+    return IdempotentConsumer(settings, CustomerNotifier(settings.require("notification_topic_arn")).notify)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return consume_sqs_batch(event, context, notification_consumer(), processor)

@@ -1,0 +1,31 @@
+"""Order-status consumer: InventoryReserved confirms, InventoryRejected rejects a pending order."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shop.config import get_settings
+from shop.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
+from shop.observability import logger, metrics, tracer
+from shop.order_repository import DynamoOrderRepository
+from shop.orders import OrderService
+from shop.saga import OrderStatusPolicy
+
+processor = ConsumerBatchProcessor()
+
+
+@cache
+def order_status_consumer() -> IdempotentConsumer:
+    settings = get_settings()
+    policy = OrderStatusPolicy(OrderService(DynamoOrderRepository(settings), settings))
+    return IdempotentConsumer(settings, policy.apply)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return consume_sqs_batch(event, context, order_status_consumer(), processor)

@@ -1,0 +1,164 @@
+"""Inventory: reserve every line of an order or none, release on cancel, emit the outcome as events.
+
+Ordering rule (per order): the reservation item records the sequence of the last order event it
+applied. An order event whose sequence is not above it is a duplicate or stale and changes nothing.
+An OrderCancelled that arrives before its OrderCreated records a cancelled reservation (a tombstone),
+so the late OrderCreated is stale and reserves nothing: no waiting, no stock held for a dead order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from shop.envelope import CloudEvent, format_time, now
+from shop.errors import InvalidEnvelope
+from shop.orders import ORDER_CANCELLED, ORDER_CREATED
+
+EVENT_SOURCE = "shop.inventory"
+INVENTORY_RESERVED = "InventoryReserved"
+INVENTORY_REJECTED = "InventoryRejected"
+INVENTORY_RELEASED = "InventoryReleased"
+
+
+class ReservationStatus(StrEnum):
+    RESERVED = "RESERVED"
+    REJECTED = "REJECTED"
+    RELEASED = "RELEASED"
+    CANCELLED = "CANCELLED"  # cancelled before anything was reserved
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    order_id: str
+    status: ReservationStatus
+    lines: tuple[tuple[str, int], ...]  # (sku, quantity), one entry per SKU
+    order_sequence: int  # sequence of the last order event applied
+    version: int  # sequence of this reservation's own events
+    updated_at: str
+
+    def event(self, event_type: str, cause: CloudEvent, extra: dict[str, Any] | None = None) -> CloudEvent:
+        return CloudEvent.new(
+            source=EVENT_SOURCE,
+            type=event_type,
+            subject=self.order_id,
+            sequence=self.version,
+            data={
+                "orderId": self.order_id,
+                "orderSequence": self.order_sequence,
+                "status": str(self.status),
+                "lines": [{"sku": sku, "quantity": quantity} for sku, quantity in self.lines],
+                **(extra or {}),
+            },
+            correlation_id=cause.correlationid,
+            causation_id=cause.id,
+        )
+
+
+class InsufficientStock(Exception):
+    def __init__(self, skus: list[str]) -> None:
+        super().__init__(", ".join(skus))
+        self.skus = skus
+
+
+class ReservationChanged(Exception):
+    """The reservation item was written by someone else meanwhile (a duplicate delivery)."""
+
+
+class InventoryRepository(Protocol):
+    def get_reservation(self, order_id: str) -> Reservation | None: ...
+    def reserve(self, reservation: Reservation, event: CloudEvent) -> None: ...
+    def record_new(self, reservation: Reservation, event: CloudEvent | None) -> None: ...
+    def release(self, current: Reservation, released: Reservation, event: CloudEvent) -> None: ...
+    def update_status(self, current: Reservation, changed: Reservation) -> None: ...
+
+
+def order_lines(event: CloudEvent) -> tuple[tuple[str, int], ...]:
+    """The order's quantities per SKU (an order may list a SKU on several lines)."""
+    try:
+        totals: Counter[str] = Counter()
+        for item in event.data["items"]:
+            totals[str(item["sku"])] += int(item["quantity"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidEnvelope("order event without valid items", {"eventId": event.id}) from exc
+    return tuple(sorted(totals.items()))
+
+
+class InventoryService:
+    def __init__(self, repository: InventoryRepository, clock: Callable[[], datetime] = now) -> None:
+        self._repository = repository
+        self._clock = clock
+
+    def apply(self, event: CloudEvent) -> str:
+        """Apply one order event; returns what happened (for logs and tests)."""
+        if event.type == ORDER_CREATED:
+            return self._reserve(event)
+        if event.type == ORDER_CANCELLED:
+            return self._release(event)
+        raise InvalidEnvelope("inventory does not handle this event type", {"type": event.type})
+
+    def _reserve(self, event: CloudEvent) -> str:
+        current = self._repository.get_reservation(event.subject)
+        if current is not None and current.order_sequence >= event.sequence:
+            return "stale"
+        reservation = Reservation(
+            order_id=event.subject,
+            status=ReservationStatus.RESERVED,
+            lines=order_lines(event),
+            order_sequence=event.sequence,
+            version=1,
+            updated_at=format_time(self._clock()),
+        )
+        try:
+            self._repository.reserve(reservation, reservation.event(INVENTORY_RESERVED, event))
+        except InsufficientStock as short:
+            rejected = replace(reservation, status=ReservationStatus.REJECTED)
+            extra = {"reason": "INSUFFICIENT_STOCK", "shortSkus": short.skus}
+            try:
+                self._repository.record_new(rejected, rejected.event(INVENTORY_REJECTED, event, extra))
+            except ReservationChanged:
+                return "stale"
+            return "rejected"
+        except ReservationChanged:
+            return "stale"  # a concurrent or earlier delivery already decided this order
+        return "reserved"
+
+    def _release(self, event: CloudEvent) -> str:
+        current = self._repository.get_reservation(event.subject)
+        at = format_time(self._clock())
+        if current is None:
+            tombstone = Reservation(event.subject, ReservationStatus.CANCELLED, (), event.sequence, 1, at)
+            try:
+                self._repository.record_new(tombstone, None)
+            except ReservationChanged:
+                return self._release(event)  # the create landed meanwhile: release what it reserved
+            return "cancelled-before-reservation"
+        if current.order_sequence >= event.sequence:
+            return "stale"
+        if current.status is ReservationStatus.RESERVED:
+            released = replace(
+                current,
+                status=ReservationStatus.RELEASED,
+                order_sequence=event.sequence,
+                version=current.version + 1,
+                updated_at=at,
+            )
+            try:
+                self._repository.release(current, released, released.event(INVENTORY_RELEASED, event))
+            except ReservationChanged:
+                return "stale"
+            return "released"
+        if current.status is not ReservationStatus.REJECTED:
+            return "stale"
+        changed = replace(
+            current, status=ReservationStatus.CANCELLED, order_sequence=event.sequence, updated_at=at
+        )
+        try:
+            self._repository.update_status(current, changed)
+        except ReservationChanged:
+            return "stale"
+        return "cancelled-after-rejection"

@@ -1,0 +1,183 @@
+"""DynamoDB access for inventory: stock per SKU, reservations, and their outbox items, transactionally."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shop import aws, keys
+from shop.config import Settings
+from shop.dynamo import cancellation_codes, raise_if_throttled
+from shop.envelope import CloudEvent
+from shop.inventory import InsufficientStock, Reservation, ReservationChanged, ReservationStatus
+from shop.outbox import outbox_item
+
+_NOT_EXISTS = "attribute_not_exists(PK)"
+
+
+def _reservation_attributes(reservation: Reservation) -> dict[str, Any]:
+    return {
+        "entityType": {"S": "Reservation"},
+        "orderId": {"S": reservation.order_id},
+        "status": {"S": str(reservation.status)},
+        "lines": {
+            "L": [{"M": {"sku": {"S": sku}, "quantity": {"N": str(qty)}}} for sku, qty in reservation.lines]
+        },
+        "orderSequence": {"N": str(reservation.order_sequence)},
+        "version": {"N": str(reservation.version)},
+        "updatedAt": {"S": reservation.updated_at},
+    }
+
+
+def _reservation_from_item(item: dict[str, Any]) -> Reservation:
+    return Reservation(
+        order_id=item["orderId"]["S"],
+        status=ReservationStatus(item["status"]["S"]),
+        lines=tuple((line["M"]["sku"]["S"], int(line["M"]["quantity"]["N"])) for line in item["lines"]["L"]),
+        order_sequence=int(item["orderSequence"]["N"]),
+        version=int(item["version"]["N"]),
+        updated_at=item["updatedAt"]["S"],
+    )
+
+
+class DynamoInventoryRepository:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._table = settings.require("inventory_table_name")
+
+    def _outbox_put(self, order_id: str, event: CloudEvent) -> dict[str, Any]:
+        item = outbox_item(
+            event,
+            keys.reservation_partition(order_id),
+            ttl_days=self._settings.outbox_ttl_days,
+            time_shards=self._settings.outbox_time_shards,
+            max_event_bytes=self._settings.max_event_bytes,
+        )
+        return {"Put": {"TableName": self._table, "Item": item, "ConditionExpression": _NOT_EXISTS}}
+
+    def _put_new(self, reservation: Reservation) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self._table,
+                "Item": {
+                    **keys.reservation_key(reservation.order_id),
+                    **_reservation_attributes(reservation),
+                },
+                "ConditionExpression": _NOT_EXISTS,
+            }
+        }
+
+    def _guarded_update(self, current: Reservation, changed: Reservation) -> dict[str, Any]:
+        """Replace a reservation only if it is still the version we read (safe under redelivery)."""
+        return {
+            "Put": {
+                "TableName": self._table,
+                "Item": {**keys.reservation_key(changed.order_id), **_reservation_attributes(changed)},
+                "ConditionExpression": "orderSequence = :seen AND #status = :status",
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": {
+                    ":seen": {"N": str(current.order_sequence)},
+                    ":status": {"S": str(current.status)},
+                },
+            }
+        }
+
+    def _stock_change(self, sku: str, delta: int) -> dict[str, Any]:
+        if delta < 0:
+            return {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": keys.stock_key(sku),
+                    "UpdateExpression": "SET available = available - :q",
+                    "ConditionExpression": "available >= :q",
+                    "ExpressionAttributeValues": {":q": {"N": str(-delta)}},
+                }
+            }
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": keys.stock_key(sku),
+                "UpdateExpression": "SET available = available + :q",
+                "ExpressionAttributeValues": {":q": {"N": str(delta)}},
+            }
+        }
+
+    def _transact(self, actions: list[dict[str, Any]], reservation_index: int) -> list[str]:
+        """Run a transaction; returns [] on success, else the per-action cancellation codes."""
+        try:
+            aws.dynamodb().transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+        except ClientError as exc:
+            raise_if_throttled(exc)
+            codes = cancellation_codes(exc)
+            if not codes:
+                raise
+            if codes[reservation_index] == "ConditionalCheckFailed":
+                raise ReservationChanged(str(actions[reservation_index])) from exc
+            return codes
+        return []
+
+    # --- InventoryRepository ------------------------------------------------------------------------
+    def get_reservation(self, order_id: str) -> Reservation | None:
+        try:
+            item = (
+                aws.dynamodb()
+                .get_item(TableName=self._table, Key=keys.reservation_key(order_id), ConsistentRead=True)
+                .get("Item")
+            )
+        except ClientError as exc:
+            raise_if_throttled(exc)
+            raise
+        return _reservation_from_item(item) if item else None
+
+    def reserve(self, reservation: Reservation, event: CloudEvent) -> None:
+        stock = [self._stock_change(sku, -qty) for sku, qty in reservation.lines]
+        actions = [self._put_new(reservation), self._outbox_put(reservation.order_id, event), *stock]
+        codes = self._transact(actions, reservation_index=0)
+        if codes:
+            short = [
+                sku for (sku, _), code in zip(reservation.lines, codes[2:], strict=True) if code != "None"
+            ]
+            raise InsufficientStock(short)
+
+    def record_new(self, reservation: Reservation, event: CloudEvent | None) -> None:
+        actions = [self._put_new(reservation)]
+        if event is not None:
+            actions.append(self._outbox_put(reservation.order_id, event))
+        if self._transact(actions, reservation_index=0):
+            raise ReservationChanged(reservation.order_id)
+
+    def release(self, current: Reservation, released: Reservation, event: CloudEvent) -> None:
+        stock = [self._stock_change(sku, qty) for sku, qty in current.lines]
+        actions = [
+            self._guarded_update(current, released),
+            self._outbox_put(released.order_id, event),
+            *stock,
+        ]
+        if self._transact(actions, reservation_index=0):
+            raise ReservationChanged(released.order_id)
+
+    def update_status(self, current: Reservation, changed: Reservation) -> None:
+        if self._transact([self._guarded_update(current, changed)], reservation_index=0):
+            raise ReservationChanged(changed.order_id)
+
+    # --- operations -----------------------------------------------------------------------------
+    def set_stock(self, sku: str, available: int) -> None:
+        """Seed or correct the stock of a SKU (operators and the local stack)."""
+        aws.dynamodb().put_item(
+            TableName=self._table,
+            Item={
+                **keys.stock_key(sku),
+                "entityType": {"S": "Stock"},
+                "sku": {"S": sku},
+                "available": {"N": str(available)},
+            },
+        )
+
+    def available(self, sku: str) -> int | None:
+        item = (
+            aws.dynamodb()
+            .get_item(TableName=self._table, Key=keys.stock_key(sku), ConsistentRead=True)
+            .get("Item")
+        )
+        return int(item["available"]["N"]) if item else None

@@ -1,0 +1,305 @@
+"""The three consumers against moto: idempotency, partial batch failures, ordering, crash windows."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+
+import shop.inventory_repository
+import shop.order_repository
+from local.template import Template
+from shop.config import Settings
+from shop.inventory_repository import DynamoInventoryRepository
+from shop.order_repository import DynamoOrderRepository
+from shop.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
+from tests.support import load_event
+
+INVENTORY = "InventoryFunction"
+ORDER_STATUS = "OrderStatusFunction"
+NOTIFICATION = "NotificationFunction"
+ORDER_ID = "o-0000000000000000000000000000a001"
+
+
+class SimulatedCrash(BaseException):
+    """Stands for the process dying: Powertools only cleans up after an Exception, not this."""
+
+
+@pytest.fixture
+def settings(aws: None, template: Template, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for name in ("OrdersTable", "InventoryTable"):
+        monkeypatch.setenv(f"{name[:-5].upper()}_TABLE_NAME", template.physical_name(name))
+    return Settings.from_env()
+
+
+@pytest.fixture
+def inventory(settings: Settings) -> DynamoInventoryRepository:
+    repository = DynamoInventoryRepository(settings)
+    repository.set_stock("SKU-RED-MUG", 10)
+    repository.set_stock("SKU-BLUE-PEN", 5)
+    return repository
+
+
+@pytest.fixture
+def orders(settings: Settings) -> OrderService:
+    return OrderService(DynamoOrderRepository(settings), settings, new_id=lambda: ORDER_ID)
+
+
+@pytest.fixture
+def pending_order(orders: OrderService) -> Order:
+    command = PlaceOrder(
+        "c-1001", "USD", (OrderLine("SKU-RED-MUG", 2, 1250), OrderLine("SKU-BLUE-PEN", 1, 399))
+    )
+    orders.place_order(command, idempotency_key=None, correlation_id="corr-demo-0001")
+    return orders.get_order(ORDER_ID)
+
+
+@pytest.fixture
+def notifications(aws: None, template: Template) -> Callable[[], list[dict[str, Any]]]:
+    sns = boto3.client("sns")
+    sqs = boto3.client("sqs")
+    topic = sns.create_topic(Name=template.physical_name("NotificationTopic"))["TopicArn"]
+    queue_url = sqs.create_queue(QueueName="notifications-capture")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"})
+
+    def received() -> list[dict[str, Any]]:
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        return [json.loads(m["Body"]) for m in messages]
+
+    return received
+
+
+def outbox(template: Template, table: str) -> list[dict[str, Any]]:
+    items = boto3.client("dynamodb").scan(TableName=template.physical_name(table))["Items"]
+    return [json.loads(i["envelope"]["S"]) for i in items if i["SK"]["S"].startswith("OUTBOX#")]
+
+
+def failures(response: dict[str, Any]) -> list[str]:
+    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
+
+
+def expire_in_progress_records(template: Template) -> None:
+    """What time does to the IN_PROGRESS record of a dead consumer once its deadline passed."""
+    client = boto3.client("dynamodb")
+    table = template.physical_name("IdempotencyTable")
+    past = str(int(time.time() * 1000) - 1000)
+    for item in client.scan(TableName=table)["Items"]:
+        client.update_item(
+            TableName=table,
+            Key={"id": item["id"]},
+            UpdateExpression="SET in_progress_expiration = :past",
+            ExpressionAttributeValues={":past": {"N": past}},
+        )
+
+
+def forget_processed_events(template: Template) -> None:
+    """What TTL does to idempotency records after expires_after_seconds."""
+    client = boto3.client("dynamodb")
+    table = template.physical_name("IdempotencyTable")
+    for item in client.scan(TableName=table)["Items"]:
+        client.delete_item(TableName=table, Key={"id": item["id"]})
+
+
+# --- inventory ---------------------------------------------------------------------------------------
+def test_order_created_reserves_every_line_and_emits_inventory_reserved(invoke, inventory, template):
+    event = load_event("sqs_inventory_order_created.json")
+    created = json.loads(event["Records"][0]["body"])["detail"]
+
+    assert failures(invoke(INVENTORY, event)) == []
+
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (8, 4)
+    [reserved] = outbox(template, "InventoryTable")
+    assert reserved["type"] == "InventoryReserved"
+    assert reserved["subject"] == ORDER_ID
+    assert reserved["causationid"] == created["id"]
+    assert reserved["correlationid"] == created["correlationid"]
+
+
+def test_the_same_message_delivered_twice_reserves_once(invoke, inventory, template):
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_duplicate.json"))) == []
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
+
+    assert inventory.available("SKU-RED-MUG") == 8
+    assert len(outbox(template, "InventoryTable")) == 1
+
+
+def test_a_malformed_message_fails_alone(invoke, inventory, template):
+    event = load_event("sqs_inventory_malformed_batch.json")
+    malformed = event["Records"][1]["messageId"]
+
+    assert failures(invoke(INVENTORY, event)) == [malformed]
+
+    assert inventory.available("SKU-RED-MUG") == 6  # both well-formed orders reserved 2 each
+    assert sorted(e["subject"] for e in outbox(template, "InventoryTable")) == sorted(
+        [ORDER_ID, "o-0000000000000000000000000000b002"]
+    )
+
+
+def test_missing_stock_rejects_the_whole_order(invoke, inventory, template):
+    inventory.set_stock("SKU-RED-MUG", 1)
+
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
+
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (1, 5)
+    [rejected] = outbox(template, "InventoryTable")
+    assert rejected["type"] == "InventoryRejected"
+    assert rejected["data"]["shortSkus"] == ["SKU-RED-MUG"]
+
+
+def test_cancel_releases_what_was_reserved(invoke, inventory, template):
+    invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))
+
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_cancelled.json"))) == []
+
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (10, 5)
+    assert sorted(e["type"] for e in outbox(template, "InventoryTable")) == [
+        "InventoryReleased",
+        "InventoryReserved",
+    ]
+
+
+def test_a_cancel_that_arrives_first_means_the_late_create_reserves_nothing(invoke, inventory, template):
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_cancelled.json"))) == []
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
+
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (10, 5)
+    assert outbox(template, "InventoryTable") == []
+
+
+def test_a_stale_create_redelivered_after_its_record_expired_changes_nothing(invoke, inventory, template):
+    invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))
+    invoke(INVENTORY, load_event("sqs_inventory_order_cancelled.json"))
+    forget_processed_events(template)
+
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
+
+    assert inventory.available("SKU-RED-MUG") == 10
+    assert len(outbox(template, "InventoryTable")) == 2
+
+
+@pytest.mark.parametrize("crash_point", ["before-business-write", "after-business-write"])
+def test_a_consumer_killed_mid_event_applies_it_exactly_once_after_in_progress_expiry(
+    invoke, inventory, template, monkeypatch, crash_point
+):
+    real_reserve = shop.inventory_repository.DynamoInventoryRepository.reserve
+
+    def crashing_reserve(self: Any, *args: Any) -> None:
+        if crash_point == "after-business-write":
+            real_reserve(self, *args)
+        raise SimulatedCrash
+
+    monkeypatch.setattr(shop.inventory_repository.DynamoInventoryRepository, "reserve", crashing_reserve)
+    event = load_event("sqs_inventory_order_created.json")
+    with pytest.raises(SimulatedCrash):
+        invoke(INVENTORY, event)
+    monkeypatch.setattr(shop.inventory_repository.DynamoInventoryRepository, "reserve", real_reserve)
+
+    # While the dead invocation's lock is still valid, a redelivery is refused (and retried later)
+    assert failures(invoke(INVENTORY, event)) == [event["Records"][0]["messageId"]]
+    expire_in_progress_records(template)
+    assert failures(invoke(INVENTORY, event)) == []
+    assert failures(invoke(INVENTORY, event)) == []  # and later duplicates stay no-ops
+
+    assert inventory.available("SKU-RED-MUG") == 8
+    assert [e["type"] for e in outbox(template, "InventoryTable")] == ["InventoryReserved"]
+
+
+# --- order status ------------------------------------------------------------------------------------
+def test_inventory_reserved_confirms_the_pending_order_once(invoke, orders, pending_order, template):
+    event = load_event("sqs_order_status_inventory_reserved.json")
+    reserved = json.loads(event["Records"][0]["body"])["detail"]
+
+    assert failures(invoke(ORDER_STATUS, event)) == []
+    assert failures(invoke(ORDER_STATUS, event)) == []
+
+    order = orders.get_order(ORDER_ID)
+    assert (order.status, order.version) == (OrderStatus.CONFIRMED, 2)
+    confirmed = [e for e in outbox(template, "OrdersTable") if e["type"] == "OrderConfirmed"]
+    assert len(confirmed) == 1
+    assert confirmed[0]["causationid"] == reserved["id"]
+    assert confirmed[0]["sequence"] == 2
+
+
+def test_inventory_rejected_rejects_the_pending_order(invoke, orders, pending_order, template):
+    assert failures(invoke(ORDER_STATUS, load_event("sqs_order_status_inventory_rejected.json"))) == []
+
+    assert orders.get_order(ORDER_ID).status is OrderStatus.REJECTED
+    assert [e["type"] for e in outbox(template, "OrdersTable")].count("OrderRejected") == 1
+
+
+def test_status_write_that_landed_before_a_crash_is_not_applied_twice(
+    invoke, orders, pending_order, template, monkeypatch
+):
+    real_save = shop.order_repository.DynamoOrderRepository.save_transition
+
+    def save_then_crash(self: Any, *args: Any) -> None:
+        real_save(self, *args)
+        raise SimulatedCrash
+
+    monkeypatch.setattr(shop.order_repository.DynamoOrderRepository, "save_transition", save_then_crash)
+    event = load_event("sqs_order_status_inventory_reserved.json")
+    with pytest.raises(SimulatedCrash):
+        invoke(ORDER_STATUS, event)
+    monkeypatch.setattr(shop.order_repository.DynamoOrderRepository, "save_transition", real_save)
+    expire_in_progress_records(template)
+
+    assert failures(invoke(ORDER_STATUS, event)) == []
+
+    assert orders.get_order(ORDER_ID).version == 2
+    assert [e["type"] for e in outbox(template, "OrdersTable")].count("OrderConfirmed") == 1
+
+
+def test_a_cancel_racing_the_reservation_wins_and_the_stock_is_released(
+    invoke, orders, pending_order, inventory, template
+):
+    # Given inventory reserved the order, and the customer cancelled before the order was confirmed
+    invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))
+    cancelled = orders.cancel_order(ORDER_ID, correlation_id="corr-demo-0002")
+    cancel_event = next(e for e in outbox(template, "OrdersTable") if e["type"] == "OrderCancelled")
+    assert cancel_event["sequence"] == cancelled.version
+
+    # When the late InventoryReserved reaches the order and the OrderCancelled reaches inventory
+    assert failures(invoke(ORDER_STATUS, load_event("sqs_order_status_inventory_reserved.json"))) == []
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_cancelled.json"))) == []
+
+    # Then the order stays cancelled and the stock is back
+    assert orders.get_order(ORDER_ID).status is OrderStatus.CANCELLED
+    assert "OrderConfirmed" not in [e["type"] for e in outbox(template, "OrdersTable")]
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (10, 5)
+
+
+# --- notifications -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("event_file", "event_type"),
+    [
+        ("sqs_notification_order_confirmed.json", "OrderConfirmed"),
+        ("sqs_notification_order_rejected.json", "OrderRejected"),
+        ("sqs_notification_order_cancelled.json", "OrderCancelled"),
+    ],
+)
+def test_each_outcome_notifies_the_customer_exactly_once(invoke, notifications, event_file, event_type):
+    event = load_event(event_file)
+
+    assert failures(invoke(NOTIFICATION, event)) == []
+    assert failures(invoke(NOTIFICATION, event)) == []
+
+    [message] = notifications()
+    assert message["type"] == event_type
+    assert message["orderId"] == ORDER_ID
+    assert message["eventId"] == json.loads(event["Records"][0]["body"])["detail"]["id"]
+    assert set(message) == {"eventId", "type", "orderId", "customerId", "status", "sequence"}
+
+
+def test_a_malformed_notification_message_fails_alone(invoke, notifications):
+    good = load_event("sqs_notification_order_confirmed.json")["Records"][0]
+    bad = {**good, "messageId": "m-bad", "body": "{}"}
+
+    response = invoke(NOTIFICATION, {"Records": [bad, good]})
+
+    assert failures(response) == ["m-bad"]
+    assert len(notifications()) == 1
