@@ -60,3 +60,16 @@ deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first ti
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
+
+# --- operations (see README "Redrive and replay") -----------------------------------------------------
+ADMIN := $(BIN)/python scripts/outbox_admin.py $(if $(STACK),--stack-name $(STACK))
+
+.PHONY: redrive replay seed
+redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name>)
+	$(ADMIN) redrive
+
+replay: $(STAMP) ## republish outbox events (STACK=, FROM= TO= or EVENT_ID=)
+	$(ADMIN) replay $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(EVENT_ID),--event-id $(EVENT_ID))
+
+seed: $(STAMP) ## set stock levels from local/seed.json (STACK=<stack name>)
+	$(ADMIN) seed --file local/seed.json

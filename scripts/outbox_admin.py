@@ -3,6 +3,7 @@
     python scripts/outbox_admin.py redrive --stack-name NAME            # or --queue-url/--bus
     python scripts/outbox_admin.py replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python scripts/outbox_admin.py replay --stack-name NAME --event-id ID [--event-id ID ...]
+    python scripts/outbox_admin.py seed --stack-name NAME --file local/seed.json
 
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
 every consumer deduplicates on the CloudEvent id.
@@ -24,6 +25,7 @@ from shop import aws
 from shop.config import Settings
 from shop.envelope import parse_time
 from shop.errors import InvalidEnvelope
+from shop.inventory_repository import DynamoInventoryRepository
 from shop.publisher import EventPublisher
 from shop.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
 
@@ -97,6 +99,21 @@ def replay(args: argparse.Namespace) -> int:
     return 0 if report.complete else 1
 
 
+def seed(args: argparse.Namespace) -> int:
+    table = _resolve(args, "table", "InventoryTableName")
+    stock = json.loads(Path(args.file).read_text())["stock"]
+    settings = Settings.from_env({"INVENTORY_TABLE_NAME": table})
+    seed_stock(DynamoInventoryRepository(settings), stock)
+    print(json.dumps({"table": table, "skus": len(stock)}))
+    return 0
+
+
+def seed_stock(repository: DynamoInventoryRepository, stock: list[dict[str, Any]]) -> None:
+    """Set the available stock of each SKU listed in a seed file's "stock" section."""
+    for line in stock:
+        repository.set_stock(str(line["sku"]), int(line["available"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--stack-name", help="read names from this CloudFormation stack's outputs")
@@ -115,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     p_replay.add_argument("--to", dest="end", help="RFC 3339 end of the window (inclusive)")
     p_replay.add_argument("--event-id", action="append", help="republish this event (repeatable)")
     p_replay.set_defaults(run=replay)
+    p_seed = commands.add_parser("seed", help="set stock levels from a seed file")
+    p_seed.add_argument("--table", help="default: stack output InventoryTableName")
+    p_seed.add_argument("--file", default="local/seed.json", help='{"stock": [{"sku", "available"}]}')
+    p_seed.set_defaults(run=seed)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

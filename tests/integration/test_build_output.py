@@ -1,0 +1,122 @@
+"""What `sam build` produces (make test builds first): complete, arm64, and able to run a handler."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from local.template import ROOT, Template, load_yaml
+
+BUILD_DIR = ROOT / ".aws-sam" / "build"
+SAM = Path(sys.executable).parent / "sam"
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, Path]:
+    if not (BUILD_DIR / "template.yaml").exists():
+        pytest.fail("no build output: run `make build` (make test does it before these tests)")
+    resources = load_yaml(BUILD_DIR / "template.yaml")["Resources"]
+    paths = {}
+    for name, resource in resources.items():
+        props = resource.get("Properties", {})
+        uri = props.get("CodeUri") or props.get("ContentUri")
+        if isinstance(uri, str):
+            paths[name] = BUILD_DIR / uri
+    return paths
+
+
+@pytest.fixture(scope="module")
+def x86_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same template built for this machine's architecture, so its artefacts can be imported here."""
+    workdir = tmp_path_factory.mktemp("x86")
+    text = (ROOT / "template.yaml").read_text()
+    twin = workdir / "template.yaml"
+    twin.write_text(
+        text.replace("Architectures: [arm64]", "Architectures: [x86_64]")
+        .replace("BuildArchitecture: arm64", "BuildArchitecture: x86_64")
+        .replace("CompatibleArchitectures: [arm64]", "CompatibleArchitectures: [x86_64]")
+        .replace("CodeUri: functions/", f"CodeUri: {ROOT}/functions/")
+        .replace("ContentUri: layers/", f"ContentUri: {ROOT}/layers/")
+    )
+    build_dir = workdir / "build"
+    # sam finds the python3.13 it builds with on PATH: the venv's.
+    env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "PATH": f"{SAM.parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(
+        [str(SAM), "build", "--template", str(twin), "--build-dir", str(build_dir), "--parallel"],
+        check=True,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    return build_dir
+
+
+def test_every_function_and_the_layer_are_built(built: dict[str, Path], template: Template):
+    for logical_id in template.functions():
+        assert (built[logical_id] / "app.py").is_file(), logical_id
+    layer = built["SharedLayer"] / "python"
+    assert (layer / "shop" / "orders.py").is_file()
+    assert (layer / "aws_lambda_powertools").is_dir()
+
+
+def test_native_wheels_in_the_layer_are_arm64(built: dict[str, Path]):
+    native = list((built["SharedLayer"] / "python").rglob("*.so"))
+    assert native, "expected pydantic-core's native module in the layer"
+    assert all("aarch64" in path.name for path in native), [p.name for p in native if "aarch64" not in p.name]
+
+
+def test_built_artefacts_import_and_run_a_handler(x86_build: Path, template: Template):
+    # Given each function's artefact with only its layer on the path, as in the Lambda runtime
+    event = (ROOT / "events" / "api_create_order_malformed_json.json").read_text()
+    for logical_id, spec in template.functions().items():
+        script = (
+            "import json, sys\nimport app\nprint(json.dumps({'handler': callable(app.lambda_handler)}))\n"
+        )
+        if logical_id == "OrdersApiFunction":
+            script += (
+                "from tests_context import context\n"
+                f"print(json.dumps(app.lambda_handler(json.loads({event!r}), context())))\n"
+            )
+        env = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": os.pathsep.join(
+                [
+                    str(x86_build / logical_id),
+                    str(x86_build / "SharedLayer" / "python"),
+                    str(ROOT / "tests" / "build_support"),
+                ]
+            ),
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_NAMESPACE": "BuildTest",
+            **spec.environment,
+        }
+        # When the handler is imported (and, for the API, invoked) in a clean interpreter
+        # (-I -S: no site-packages, only the artefact and its layer)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                f"import sys; sys.path[:0] = {env['PYTHONPATH'].split(os.pathsep)!r}\n{script}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        # Then it imports with nothing but its artefact and the layer
+        assert result.returncode == 0, f"{logical_id}: {result.stderr[-2000:]}"
+        if logical_id == "OrdersApiFunction":
+            response = json.loads(result.stdout.strip().splitlines()[-1])
+            assert response["statusCode"] == 400
+            assert json.loads(response["body"])["error"]["code"] == "MALFORMED_JSON"
