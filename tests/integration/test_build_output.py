@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from local.artefacts import build_for_host
 from local.template import ROOT, Template, load_yaml
 
 BUILD_DIR = ROOT / ".aws-sam" / "build"
-SAM = Path(sys.executable).parent / "sam"
 
 
 @pytest.fixture(scope="module")
@@ -33,28 +33,7 @@ def built() -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def x86_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same template built for this machine's architecture, so its artefacts can be imported here."""
-    workdir = tmp_path_factory.mktemp("x86")
-    text = (ROOT / "template.yaml").read_text()
-    twin = workdir / "template.yaml"
-    twin.write_text(
-        text.replace("Architectures: [arm64]", "Architectures: [x86_64]")
-        .replace("BuildArchitecture: arm64", "BuildArchitecture: x86_64")
-        .replace("CompatibleArchitectures: [arm64]", "CompatibleArchitectures: [x86_64]")
-        .replace("CodeUri: functions/", f"CodeUri: {ROOT}/functions/")
-        .replace("ContentUri: layers/", f"ContentUri: {ROOT}/layers/")
-    )
-    build_dir = workdir / "build"
-    # sam finds the python3.13 it builds with on PATH: the venv's.
-    env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "PATH": f"{SAM.parent}{os.pathsep}{os.environ['PATH']}"}
-    subprocess.run(
-        [str(SAM), "build", "--template", str(twin), "--build-dir", str(build_dir), "--parallel"],
-        check=True,
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        timeout=600,
-    )
-    return build_dir
+    return build_for_host(tmp_path_factory.mktemp("host-build"))
 
 
 def test_every_function_and_the_layer_are_built(built: dict[str, Path], template: Template):
