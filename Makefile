@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 FUNCTIONS := $(wildcard functions/*)
 PYTEST    := $(BIN)/pytest
 
-.PHONY: help install lint build test test-unit test-integration test-e2e deploy local clean
+.PHONY: help install lint build test test-unit test-integration test-e2e deploy local invoke clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -57,6 +57,14 @@ test: lint test-unit test-integration test-e2e ## everything CI checks
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
 	$(BIN)/sam deploy $(ARGS)
+
+local: $(STAMP) $(NODE_STAMP) ## the whole pipeline on this machine, no Docker (PORT=3000, PERSIST=1, LOGS=1)
+	@command -v java >/dev/null || { echo "error: Java 17+ is required for DynamoDB Local (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	$(BIN)/python -m local
+
+invoke: $(STAMP) $(NODE_STAMP) ## run one function: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json
+	@test -n "$(FUNCTION)" -a -n "$(EVENT)" || { echo "usage: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json"; exit 2; }
+	$(BIN)/python -m local invoke "$(FUNCTION)" "$(EVENT)"
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

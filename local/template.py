@@ -70,6 +70,19 @@ class FunctionSpec:
     environment: dict[str, str]
     events: dict[str, dict[str, Any]]
     policies: list[Any]
+    memory_size: int = 128
+    runtime: str = ""
+    # Source directories of the template's own layers, in the order Lambda puts them on sys.path.
+    layer_dirs: tuple[Path, ...] = ()
+    # Layers given as ARNs of other accounts or stacks: not available locally.
+    external_layers: tuple[str, ...] = ()
+
+
+def _env_value(value: Any) -> str:
+    # CloudFormation turns YAML booleans into "true"/"false", not Python's "True"/"False".
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 class Template:
@@ -100,7 +113,19 @@ class Template:
     # --- physical names ---------------------------------------------------------------------------
     def physical_name(self, logical_id: str) -> str:
         """Local stand-in for the name CloudFormation would generate."""
-        return f"{self.stack_name}-{logical_id}"
+        name = f"{self.stack_name}-{logical_id}"
+        # FIFO queues and topics must have names ending in .fifo; CloudFormation appends it too.
+        if self._is_fifo(logical_id):
+            name += ".fifo"
+        return name
+
+    def _is_fifo(self, logical_id: str) -> bool:
+        resource = self.resources.get(logical_id, {})
+        flag = {"AWS::SQS::Queue": "FifoQueue", "AWS::SNS::Topic": "FifoTopic"}.get(resource.get("Type", ""))
+        if flag is None:
+            return False
+        value = self.resolve(resource.get("Properties", {}).get(flag, False))
+        return str(value).lower() == "true"
 
     def arn(self, logical_id: str) -> str:
         resource = self.resources[logical_id]
@@ -119,8 +144,12 @@ class Template:
             return self.arn(logical_id)
         if attribute == "StreamArn":
             return f"{self.arn(logical_id)}/stream/local"
-        if attribute == "QueueName":
+        if attribute in {"QueueName", "TopicName", "Name"}:
             return self.physical_name(logical_id)
+        if attribute == "QueueUrl":
+            return str(self._ref(logical_id))
+        if attribute == "TopicArn":
+            return self.arn(logical_id)
         raise TemplateError(f"unsupported attribute {logical_id}.{attribute}")
 
     def _ref(self, name: str) -> Any:
@@ -231,15 +260,59 @@ class Template:
             **globals_.get("Environment", {}).get("Variables", {}),
             **props.get("Environment", {}).get("Variables", {}),
         }
+        raw_globals = self.data.get("Globals", {}).get("Function", {})
+        raw_props = self.resources[logical_id].get("Properties", {})
+        # Function Layers are appended to the Globals layers (SAM's merge rule for lists).
+        layer_dirs, external_layers = self._layers(
+            [*raw_globals.get("Layers", []), *raw_props.get("Layers", [])]
+        )
         return FunctionSpec(
             logical_id=logical_id,
             code_uri=ROOT / props["CodeUri"],
             handler=props.get("Handler", globals_.get("Handler", "app.lambda_handler")),
             timeout=int(props.get("Timeout", globals_.get("Timeout", 3))),
-            environment={k: str(v) for k, v in environment.items()},
+            environment={k: _env_value(v) for k, v in environment.items()},
             events=props.get("Events", {}),
             policies=props.get("Policies", []),
+            memory_size=int(props.get("MemorySize", globals_.get("MemorySize", 128))),
+            runtime=str(props.get("Runtime", globals_.get("Runtime", ""))),
+            layer_dirs=layer_dirs,
+            external_layers=external_layers,
         )
+
+    def outputs(self) -> dict[str, str]:
+        """The stack outputs as they would read for the local stack (OutputKey → value)."""
+        return {
+            name: str(self.resolve(output["Value"]))
+            for name, output in self.data.get("Outputs", {}).items()
+            if "Condition" not in output or self.conditions[output["Condition"]]
+        }
+
+    def logical_id_for_arn(self, arn: str) -> str | None:
+        """The resource whose local ARN (or stream ARN) this is, if any."""
+        for logical_id, resource in self.resources.items():
+            if self.arn(logical_id) == arn:
+                return logical_id
+            if resource["Type"] == "AWS::DynamoDB::Table" and self._get_att(logical_id, "StreamArn") == arn:
+                return logical_id
+        return None
+
+    def _layers(self, raw_layers: list[Any]) -> tuple[tuple[Path, ...], tuple[str, ...]]:
+        local_dirs: list[Path] = []
+        external: list[str] = []
+        for layer in raw_layers:
+            name = layer.get("Ref") if isinstance(layer, dict) else None
+            if isinstance(name, str) and self.resources.get(name, {}).get("Type") in {
+                "AWS::Serverless::LayerVersion",
+                "AWS::Lambda::LayerVersion",
+            }:
+                props = self.properties(name)
+                content = props.get("ContentUri", props.get("Content", ""))
+                if isinstance(content, str):
+                    local_dirs.append(ROOT / content)
+                    continue
+            external.append(str(self.resolve(layer)))
+        return tuple(local_dirs), tuple(external)
 
     def functions(self) -> dict[str, FunctionSpec]:
         return {name: self.function(name) for name in self.of_type("AWS::Serverless::Function")}

@@ -1,0 +1,352 @@
+"""Functions as local execution environments: one worker process per function, invoked synchronously.
+
+Each function's worker gets exactly the environment its template definition gives it (Globals and
+its own Environment, resolved), plus what Lambda itself sets, the local endpoints and fake
+credentials. An invocation that outlives the function's Timeout is a function error
+(Sandbox.Timedout) and the environment is replaced, as Lambda does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from local.processes import ChildProcess
+from local.services import FAKE_CREDENTIALS, Endpoints
+from local.template import REGION, ROOT, FunctionSpec
+
+# Lambda allows 10 s for the init phase of an on-demand environment.
+INIT_TIMEOUT_SECONDS = 10.0
+# Time for the worker to answer after its deadline before it is considered hung.
+_DEADLINE_GRACE_SECONDS = 0.25
+
+LogEcho = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class FunctionError:
+    error_type: str
+    message: str
+    stack_trace: tuple[str, ...] = ()
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> FunctionError:
+        return cls(
+            error_type=str(payload.get("errorType", "Unknown")),
+            message=str(payload.get("errorMessage", "")),
+            stack_trace=tuple(str(line) for line in payload.get("stackTrace", [])),
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        """The error document Lambda returns for a failed invocation."""
+        return {
+            "errorType": self.error_type,
+            "errorMessage": self.message,
+            "stackTrace": list(self.stack_trace),
+        }
+
+
+@dataclass(frozen=True)
+class InvocationResult:
+    request_id: str
+    payload: Any = None
+    error: FunctionError | None = None
+    duration_ms: float = 0.0
+    cold_start: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def function_environment(spec: FunctionSpec, physical_name: str, endpoints: Endpoints) -> dict[str, str]:
+    """The complete environment of a function's process; nothing is inherited from the stack's shell."""
+    reserved = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "TZ": ":UTC",
+        "LAMBDA_TASK_ROOT": str(spec.code_uri),
+        "_HANDLER": spec.handler,
+        "AWS_EXECUTION_ENV": f"AWS_Lambda_{spec.runtime or 'python3.13'}",
+        "AWS_LAMBDA_FUNCTION_NAME": physical_name,
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_size),
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{physical_name}",
+        "AWS_LAMBDA_LOG_STREAM_NAME": "local",
+    }
+    forced = {
+        **FAKE_CREDENTIALS,
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        # The developer's ~/.aws files must not redirect or configure the function's clients.
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        **endpoints.environment(),
+    }
+    return {**reserved, **spec.environment, **forced}
+
+
+def _trace_header() -> str:
+    # The shape Lambda puts in _X_AMZN_TRACE_ID for active tracing (not sampled: there is no daemon).
+    return f"Root=1-{int(time.time()):08x}-{secrets.token_hex(12)};Parent={secrets.token_hex(8)};Sampled=0"
+
+
+class WorkerExited(RuntimeError):
+    pass
+
+
+class _Channel:
+    """JSON lines over a pair of pipes, with a deadline on every read."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self._read_fd = read_fd
+        self._writer = os.fdopen(write_fd, "wb")
+        self._buffer = b""
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        try:
+            self._writer.write(json.dumps(message).encode() + b"\n")
+            self._writer.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise WorkerExited("the function's process is gone") from exc
+
+    def receive(self, deadline: float) -> dict[str, Any] | None:
+        """The next message, or None when the deadline passes first."""
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                readable, _, _ = select.select([self._read_fd], [], [], remaining)
+            except (OSError, ValueError) as exc:
+                raise WorkerExited("the function's process is gone") from exc
+            if not readable:
+                continue
+            chunk = os.read(self._read_fd, 1 << 20)
+            if not chunk:
+                raise WorkerExited("the function's process exited")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        message = json.loads(line)
+        assert isinstance(message, dict)
+        return message
+
+    def close(self) -> None:
+        # Either end may already be closed along with the process.
+        with contextlib.suppress(OSError):
+            self._writer.close()
+        with contextlib.suppress(OSError):
+            os.close(self._read_fd)
+
+
+@dataclass
+class _Environment:
+    process: ChildProcess
+    channel: _Channel
+    ready: bool = False
+    init_error: FunctionError | None = None
+    log_pump: threading.Thread | None = field(default=None)
+
+
+class FunctionRuntime:
+    """One execution environment for one function; invocations are serialised, as in one Lambda sandbox."""
+
+    def __init__(
+        self,
+        spec: FunctionSpec,
+        physical_name: str,
+        environment: Mapping[str, str],
+        log_path: Path,
+        echo: LogEcho | None = None,
+        tracing: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.physical_name = physical_name
+        self.environment = dict(environment)
+        self.log_path = log_path
+        self._echo = echo
+        self._tracing = tracing
+        self._lock = threading.Lock()
+        self._current: _Environment | None = None
+        self._stopped = False
+
+    @property
+    def logical_id(self) -> str:
+        return self.spec.logical_id
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the environment's init (importing the handler) without waiting for it."""
+        with self._lock:
+            if self._current is None and not self._stopped:
+                self._current = self._spawn()
+
+    def wait_ready(self, timeout: float = INIT_TIMEOUT_SECONDS) -> FunctionError | None:
+        """Wait for the init phase; returns its error, if any."""
+        with self._lock:
+            if self._current is None:
+                self._current = self._spawn()
+            return self._await_init(self._current, time.monotonic() + timeout)
+
+    def child_pids(self) -> list[int]:
+        current = self._current
+        return [current.process.pid] if current is not None else []
+
+    def stop(self) -> None:
+        # No lock: an invocation in progress ends with WorkerExited when its process goes.
+        self._stopped = True
+        current, self._current = self._current, None
+        if current is not None:
+            self._dispose(current)
+
+    # --- invocations ------------------------------------------------------------------------------
+    def invoke(self, event: Any, request_id: str | None = None) -> InvocationResult:
+        request_id = request_id or str(uuid.uuid4())
+        with self._lock:
+            if self._stopped:
+                return InvocationResult(
+                    request_id, error=FunctionError("Local.Stopped", "the stack is stopping")
+                )
+            started = time.monotonic()
+            cold = self._current is None or not self._current.ready
+            if self._current is None:
+                self._current = self._spawn()
+            environment = self._current
+            init_error = self._await_init(environment, time.monotonic() + INIT_TIMEOUT_SECONDS)
+            if init_error is not None:
+                self._replace(environment)
+                return InvocationResult(request_id, error=init_error, cold_start=True)
+            deadline = time.monotonic() + self.spec.timeout
+            request = {
+                "request_id": request_id,
+                "event": event,
+                "remaining_ms": int(self.spec.timeout * 1000),
+                "trace_id": _trace_header() if self._tracing else None,
+            }
+            try:
+                environment.channel.send(request)
+                response = environment.channel.receive(deadline + _DEADLINE_GRACE_SECONDS)
+            except WorkerExited:
+                self._replace(environment)
+                error = FunctionError(
+                    "Runtime.ExitError", "the function's process exited during the invocation"
+                )
+                return self._result(request_id, started, cold, error=error)
+            if response is None:
+                self._replace(environment)  # a timed-out sandbox is never reused
+                message = f"Task timed out after {self.spec.timeout:.2f} seconds"
+                return self._result(
+                    request_id, started, cold, error=FunctionError("Sandbox.Timedout", message)
+                )
+            if response["type"] == "error":
+                error = FunctionError.from_payload(response["error"])
+                if error.error_type == "Runtime.ExitError":
+                    self._replace(environment)
+                return self._result(request_id, started, cold, error=error)
+            return self._result(request_id, started, cold, payload=response.get("payload"))
+
+    @staticmethod
+    def _result(
+        request_id: str, started: float, cold: bool, payload: Any = None, error: FunctionError | None = None
+    ) -> InvocationResult:
+        duration = (time.monotonic() - started) * 1000
+        return InvocationResult(
+            request_id, payload=payload, error=error, duration_ms=duration, cold_start=cold
+        )
+
+    # --- processes --------------------------------------------------------------------------------
+    def _spawn(self) -> _Environment:
+        request_read, request_write = os.pipe()
+        response_read, response_write = os.pipe()
+        config = {
+            "handler": self.spec.handler,
+            "code_dir": str(self.spec.code_uri),
+            "layer_dirs": [str(d) for d in self.spec.layer_dirs],
+            "function_name": self.physical_name,
+            "memory_mb": self.spec.memory_size,
+            "log_group_name": f"/aws/lambda/{self.physical_name}",
+            "log_stream_name": "local",
+        }
+        try:
+            process = ChildProcess(
+                self.spec.logical_id,
+                [
+                    sys.executable,
+                    "-m",
+                    "local.worker",
+                    json.dumps(config),
+                    str(request_read),
+                    str(response_write),
+                ],
+                env=self.environment,
+                cwd=ROOT,
+                stdout=-1,  # subprocess.PIPE: the log pump reads it
+                pass_fds=(request_read, response_write),
+                guard=False,  # the worker watches its parent itself (it may be respawned from any thread)
+            )
+        finally:
+            os.close(request_read)
+            os.close(response_write)
+        environment = _Environment(process=process, channel=_Channel(response_read, request_write))
+        stdout = process.popen.stdout
+        assert stdout is not None
+        environment.log_pump = threading.Thread(
+            target=self._pump_logs, args=(stdout,), name=f"logs-{self.logical_id}", daemon=True
+        )
+        environment.log_pump.start()
+        return environment
+
+    def _await_init(self, environment: _Environment, deadline: float) -> FunctionError | None:
+        if environment.ready or environment.init_error is not None:
+            return environment.init_error
+        try:
+            message = environment.channel.receive(deadline)
+        except WorkerExited:
+            code = environment.process.exit_code()
+            environment.init_error = FunctionError(
+                "Runtime.ExitError", f"the function's process exited during init (exit code {code})"
+            )
+            return environment.init_error
+        if message is None:
+            environment.init_error = FunctionError(
+                "Sandbox.Timedout", f"init did not finish within {INIT_TIMEOUT_SECONDS:.0f} s"
+            )
+        elif message["type"] == "init_error":
+            environment.init_error = FunctionError.from_payload(message["error"])
+        else:
+            environment.ready = True
+        return environment.init_error
+
+    def _replace(self, environment: _Environment) -> None:
+        self._dispose(environment)
+        if self._current is environment:
+            self._current = None
+
+    @staticmethod
+    def _dispose(environment: _Environment) -> None:
+        environment.process.kill()
+        environment.channel.close()
+        if environment.log_pump is not None:
+            environment.log_pump.join(timeout=2)
+
+    def _pump_logs(self, stream: IO[bytes]) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            for raw in stream:
+                log.write(raw)
+                log.flush()
+                if self._echo is not None:
+                    self._echo(self.logical_id, raw.decode(errors="replace").rstrip("\n"))
+        stream.close()

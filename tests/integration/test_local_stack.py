@@ -1,0 +1,475 @@
+"""The local stack itself: HTTP in front of the handlers, event sources with Lambda's semantics, start-up.
+
+Real DynamoDB Local and moto server; the real handlers (local_stack) or test-only probe handlers
+(probe_stack) whose behaviour each record chooses. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from local.activity import Invocation
+from local.functions import function_environment
+from local.processes import StartupError, live_children
+from local.services import LocalServices
+from local.stack import LocalStack, StackOptions
+from local.template import ROOT, Template
+from shop import keys
+from tests.integration.conftest import probe_template_data, start_stack, stop_stack
+from tests.support import load_event
+
+HTTP_TIMEOUT = 10
+SAGA_SECONDS = 20
+STREAM_SECONDS = 15
+TTL_SECONDS = 30
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+def create_order(stack: LocalStack) -> tuple[str, str]:
+    """POST /orders over HTTP with the sample request; returns (order id, Location)."""
+    sample = load_event("api_create_order.json")
+    response = requests.post(
+        f"{stack.api_url}/orders",
+        data=sample["body"],
+        headers={"Content-Type": "application/json", "Idempotency-Key": str(uuid.uuid4())},
+        timeout=HTTP_TIMEOUT,
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["orderId"], response.headers["Location"]
+
+
+def stream_functions(stack: LocalStack, table: str) -> list[str]:
+    return [source.function for source in stack.sources.streams if source.table == table]
+
+
+def deliveries(stack: LocalStack, function: str, key: str) -> list[tuple[Invocation, dict[str, Any]]]:
+    """Every (invocation, record) in which a stream record with partition key `key` was delivered."""
+    return [
+        (invocation, record)
+        for invocation in stack.activity.invocations(function)
+        for record in invocation.records
+        if record["dynamodb"]["Keys"]["PK"]["S"] == key
+    ]
+
+
+def probe_item(key: str, action: str = "ok", kind: str = "probe") -> dict[str, Any]:
+    return {"PK": {"S": key}, "action": {"S": action}, "kind": {"S": kind}}
+
+
+def write_together(stack: LocalStack, *items: dict[str, Any]) -> None:
+    """One transaction, so the records arrive in one stream read and one batch."""
+    table = stack.template.physical_name("ProbeTable")
+    stack.clients.dynamodb().transact_write_items(
+        TransactItems=[{"Put": {"TableName": table, "Item": item}} for item in items]
+    )
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class FailureQueue:
+    """Reads the probe OnFailure queue once and keeps what it saw, so tests find their own messages."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        self._sqs = stack.clients.sqs()
+        self._url = stack.queue_url("ProbeFailureQueue")
+        self.seen: list[dict[str, Any]] = []
+
+    def find(self, sequence_number: str) -> dict[str, Any] | None:
+        for message in self._sqs.receive_message(QueueUrl=self._url, MaxNumberOfMessages=10).get(
+            "Messages", []
+        ):
+            self.seen.append(json.loads(message["Body"]))
+            self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=message["ReceiptHandle"])
+        return next(
+            (m for m in self.seen if m["DDBStreamBatchInfo"]["startSequenceNumber"] == sequence_number), None
+        )
+
+
+@pytest.fixture(scope="module")
+def failure_queue(probe_stack: LocalStack) -> FailureQueue:
+    return FailureQueue(probe_stack)
+
+
+# --- API ----------------------------------------------------------------------------------------------
+def test_the_api_serves_the_handlers_responses_over_http(local_stack: LocalStack) -> None:
+    order_id, location = create_order(local_stack)
+
+    got = requests.get(f"{local_stack.api_url}{location}", timeout=HTTP_TIMEOUT)
+    staged = requests.get(f"{local_stack.api_url}/dev/orders/{order_id}", timeout=HTTP_TIMEOUT)
+    unknown = requests.delete(f"{local_stack.api_url}/orders", timeout=HTTP_TIMEOUT)
+
+    assert location == f"/orders/{order_id}"
+    assert got.status_code == 200
+    assert got.json()["orderId"] == order_id
+    assert got.headers["Content-Type"] == "application/json"
+    assert staged.status_code == 200, "the stage prefix of the execute-api URL is accepted too"
+    assert unknown.status_code == 403
+    assert unknown.json() == {"message": "Missing Authentication Token"}
+    event = next(
+        i.event
+        for i in local_stack.activity.invocations()
+        if i.trigger == "api" and i.event["path"] == location
+    )
+    assert event["resource"] == "/orders/{orderId}"
+    assert event["pathParameters"] == {"orderId": order_id}
+    assert event["requestContext"]["stage"] == "dev"
+    assert event["requestContext"]["resourcePath"] == "/orders/{orderId}"
+    assert set(load_event("api_get_order.json")) <= set(event), "the proxy event has every key of a real one"
+
+
+def test_an_order_is_confirmed_through_the_whole_saga(local_stack: LocalStack) -> None:
+    order_id, location = create_order(local_stack)
+
+    def settled() -> str | None:
+        status = requests.get(f"{local_stack.api_url}{location}", timeout=HTTP_TIMEOUT).json()["status"]
+        return None if status == "PENDING" else str(status)
+
+    status = local_stack.wait_for(settled, SAGA_SECONDS, "the order leaving PENDING")
+    topic = next(iter(local_stack.template.of_type("AWS::SNS::Topic")))
+    local_stack.wait_for(
+        lambda: [p for p in local_stack.activity.publications(topic) if order_id in p.message],
+        SAGA_SECONDS,
+        "the customer notification",
+    )
+
+    assert status == "CONFIRMED"
+    assert len([p for p in local_stack.activity.publications(topic) if order_id in p.message]) == 1
+
+
+# --- DynamoDB stream mapping --------------------------------------------------------------------------
+def test_an_outbox_insert_reaches_the_relay_in_lambdas_shape(local_stack: LocalStack) -> None:
+    (relay,) = stream_functions(local_stack, "OrdersTable")
+    order_id, _ = create_order(local_stack)
+    partition = keys.order_partition(order_id)
+
+    _, record = local_stack.wait_for(
+        lambda: next(iter(deliveries(local_stack, relay, partition)), None),
+        STREAM_SECONDS,
+        "the outbox record reaching the relay",
+    )
+
+    assert set(record) == {
+        "eventID",
+        "eventName",
+        "eventVersion",
+        "eventSource",
+        "awsRegion",
+        "dynamodb",
+        "eventSourceARN",
+    }
+    assert record["eventName"] == "INSERT"
+    assert record["eventSource"] == "aws:dynamodb"
+    assert record["eventVersion"] == "1.1"
+    assert record["awsRegion"] == "us-east-1"
+    assert record["eventSourceARN"] == local_stack.stream_arn("OrdersTable")
+    stream = record["dynamodb"]
+    assert set(stream) == {
+        "ApproximateCreationDateTime",
+        "Keys",
+        "NewImage",
+        "SequenceNumber",
+        "SizeBytes",
+        "StreamViewType",
+    }
+    assert isinstance(stream["ApproximateCreationDateTime"], int | float)
+    assert abs(stream["ApproximateCreationDateTime"] - time.time()) < 120
+    assert keys.is_outbox_sort_key(stream["Keys"]["SK"]["S"])
+    delivered_sort_keys = [
+        r["dynamodb"]["Keys"]["SK"]["S"] for _, r in deliveries(local_stack, relay, partition)
+    ]
+    assert all(keys.is_outbox_sort_key(sk) for sk in delivered_sort_keys), "the order item is filtered out"
+
+
+def test_a_record_the_filter_excludes_never_invokes_the_function(probe_stack: LocalStack) -> None:
+    excluded, marker = unique("excluded"), unique("marker")
+    write_together(probe_stack, probe_item(excluded, kind="other"))
+    write_together(probe_stack, probe_item(marker))
+
+    # Records of a shard arrive in order: once the later marker is delivered, the first was passed over.
+    probe_stack.wait_for(
+        lambda: deliveries(probe_stack, "ProbeStreamFunction", marker), STREAM_SECONDS, "the marker record"
+    )
+
+    assert deliveries(probe_stack, "ProbeStreamFunction", excluded) == []
+
+
+def test_a_reported_failure_checkpoints_at_the_lowest_failed_record(probe_stack: LocalStack) -> None:
+    first, failing, last = unique("a"), unique("b"), unique("c")
+    write_together(probe_stack, probe_item(first), probe_item(failing, "fail-once"), probe_item(last))
+
+    def done() -> bool:
+        finals = deliveries(probe_stack, "ProbeStreamFunction", last)
+        return len(finals) == 2 and not finals[-1][0].failed_ids
+
+    probe_stack.wait_for(done, STREAM_SECONDS, "the retried records")
+
+    (batch, failing_record), retry = deliveries(probe_stack, "ProbeStreamFunction", failing)
+    assert [r["dynamodb"]["Keys"]["PK"]["S"] for r in batch.records] == [first, failing, last]
+    assert batch.failed_ids == (failing_record["dynamodb"]["SequenceNumber"],)
+    assert retry[0].records[0]["dynamodb"]["Keys"]["PK"]["S"] == failing, "the retry starts at the checkpoint"
+    assert len(deliveries(probe_stack, "ProbeStreamFunction", first)) == 1, "nothing before it is redelivered"
+
+
+def test_exhausted_retries_send_lambdas_failure_metadata(
+    probe_stack: LocalStack, failure_queue: FailureQueue
+) -> None:
+    key = unique("poison")
+    write_together(probe_stack, probe_item(key, "fail"))
+    _, record = probe_stack.wait_for(
+        lambda: next(iter(deliveries(probe_stack, "ProbeStreamFunction", key)), None),
+        STREAM_SECONDS,
+        "delivery",
+    )
+    sequence = record["dynamodb"]["SequenceNumber"]
+
+    message = probe_stack.wait_for(
+        lambda: failure_queue.find(sequence), STREAM_SECONDS, "the OnFailure message"
+    )
+
+    assert set(message) == {"requestContext", "responseContext", "version", "timestamp", "DDBStreamBatchInfo"}
+    assert message["version"] == "1.0"
+    assert message["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert message["requestContext"]["approximateInvokeCount"] == 2, "the first attempt and one retry"
+    assert message["requestContext"]["functionArn"].endswith(":function:probe-ProbeStreamFunction")
+    assert message["responseContext"] == {"statusCode": 200, "executedVersion": "$LATEST"}
+    info = message["DDBStreamBatchInfo"]
+    assert info["startSequenceNumber"] == info["endSequenceNumber"] == sequence
+    assert info["batchSize"] == 1
+    assert info["streamArn"] == probe_stack.stream_arn("ProbeTable")
+    assert info["shardId"].startswith("shardId-")
+    assert info["approximateArrivalOfFirstRecord"].endswith("Z")
+    assert len(deliveries(probe_stack, "ProbeStreamFunction", key)) == 2
+
+
+def test_a_function_error_is_bisected_down_to_the_failing_record(
+    probe_stack: LocalStack, failure_queue: FailureQueue
+) -> None:
+    before, poison, after = unique("x1"), unique("x2"), unique("x3")
+    write_together(probe_stack, probe_item(before), probe_item(poison, "raise"), probe_item(after))
+
+    def succeeded(key: str) -> bool:
+        return any(
+            not invocation.failed_ids for invocation, _ in deliveries(probe_stack, "ProbeStreamFunction", key)
+        )
+
+    probe_stack.wait_for(
+        lambda: succeeded(before) and succeeded(after), STREAM_SECONDS, "the healthy records"
+    )
+    alone = [i for i, _ in deliveries(probe_stack, "ProbeStreamFunction", poison) if len(i.records) == 1]
+    sequence = alone[0].records[0]["dynamodb"]["SequenceNumber"]
+    message = probe_stack.wait_for(
+        lambda: failure_queue.find(sequence), STREAM_SECONDS, "the OnFailure message"
+    )
+
+    assert len(alone) == 2, "isolated by bisection, then retried once (splits are not retries)"
+    assert all(i.result.error is not None and i.result.error.error_type == "RuntimeError" for i in alone)
+    assert message["responseContext"]["functionError"] == "Unhandled"
+    assert message["DDBStreamBatchInfo"]["batchSize"] == 1
+
+
+def test_ttl_deletions_arrive_as_lambda_delivers_them(probe_stack: LocalStack) -> None:
+    # DynamoDB Local names TTL deletions UNKNOWN_TO_SDK_VERSION; Lambda delivers REMOVE by the service.
+    key = f"ttl#{uuid.uuid4().hex[:10]}"
+    expired = {"PK": {"S": key}, "expiresAt": {"N": str(int(time.time()) - 60)}}
+    probe_stack.clients.dynamodb().put_item(
+        TableName=probe_stack.template.physical_name("ProbeTable"), Item=expired
+    )
+
+    def removal() -> dict[str, Any] | None:
+        records = [r for _, r in deliveries(probe_stack, "ProbeStreamFunction", key)]
+        return next((r for r in records if r["eventName"] != "INSERT"), None)
+
+    record = probe_stack.wait_for(removal, TTL_SECONDS, "the TTL deletion record")
+
+    assert record["eventName"] == "REMOVE"
+    assert record["userIdentity"] == {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    assert "NewImage" not in record["dynamodb"]
+
+
+# --- functions ----------------------------------------------------------------------------------------
+def test_a_function_sees_exactly_the_environment_its_definition_gives_it(probe_stack: LocalStack) -> None:
+    spec = probe_stack.template.function("ProbeStreamFunction")
+    physical = probe_stack.template.physical_name("ProbeStreamFunction")
+
+    result = probe_stack.invoke("ProbeStreamFunction", {})
+
+    seen = result.payload
+    environment = seen["environment"]
+    # Python adds LC_CTYPE when it coerces the C locale; the runtime adds the trace header per invocation.
+    allowed = set(function_environment(spec, physical, probe_stack.endpoints)) | {
+        "_X_AMZN_TRACE_ID",
+        "LC_CTYPE",
+    }
+    assert set(environment) <= allowed
+    assert spec.environment.items() <= environment.items()
+    assert environment["PROBE_TABLE_NAME"] == "probe-ProbeTable"
+    assert environment["STAGE"] == "dev", "Globals apply"
+    assert environment["AWS_ENDPOINT_URL_DYNAMODB"] == probe_stack.endpoints.dynamodb
+    assert environment["AWS_LAMBDA_FUNCTION_NAME"] == physical
+    assert seen["sys_path"][:2] == [str(spec.code_uri), str(ROOT / "layers" / "shared")]
+    assert str(ROOT) not in seen["sys_path"]
+    assert seen["cwd"] == str(spec.code_uri)
+    assert 0 < seen["remaining_ms"] <= spec.timeout * 1000
+
+
+def test_an_invocation_outliving_the_timeout_is_a_function_error(probe_stack: LocalStack) -> None:
+    spec = probe_stack.template.function("ProbeStreamFunction")
+    slow = {
+        "Records": [
+            {
+                "dynamodb": {
+                    "Keys": {"PK": {"S": unique("slow")}},
+                    "NewImage": {"action": {"S": "sleep"}, "seconds": {"N": str(spec.timeout + 3)}},
+                    "SequenceNumber": "1",
+                }
+            }
+        ]
+    }
+
+    timed_out = probe_stack.invoke("ProbeStreamFunction", slow)
+    next_call = probe_stack.invoke("ProbeStreamFunction", {})
+
+    assert timed_out.error is not None
+    assert timed_out.error.error_type == "Sandbox.Timedout"
+    assert spec.timeout * 1000 <= timed_out.duration_ms < (spec.timeout + 2) * 1000
+    assert next_call.ok
+    assert next_call.cold_start, "a timed-out environment is replaced"
+
+
+# --- SQS mapping --------------------------------------------------------------------------------------
+def queue_deliveries(stack: LocalStack, body: str) -> list[tuple[Invocation, dict[str, Any]]]:
+    return [
+        (i, r)
+        for i in stack.activity.invocations("ProbeQueueFunction")
+        for r in i.records
+        if r["body"] == body
+    ]
+
+
+def test_partial_batch_failures_return_to_the_queue_until_the_redrive_policy_moves_them(
+    probe_stack: LocalStack,
+) -> None:
+    sqs = probe_stack.clients.sqs()
+    healthy, failing = unique("ok"), unique("fail")
+    sqs.send_message(
+        QueueUrl=probe_stack.queue_url("ProbeQueue"),
+        MessageBody=healthy,
+        MessageAttributes={"origin": {"DataType": "String", "StringValue": "test"}},
+    )
+    sqs.send_message(QueueUrl=probe_stack.queue_url("ProbeQueue"), MessageBody=failing)
+    dead_letters = probe_stack.queue_url("ProbeDeadLetterQueue")
+
+    def in_dead_letter_queue() -> bool:
+        messages = sqs.receive_message(QueueUrl=dead_letters, MaxNumberOfMessages=10).get("Messages", [])
+        return any(m["Body"] == failing for m in messages)
+
+    probe_stack.wait_for(in_dead_letter_queue, STREAM_SECONDS, "the failing message in the dead-letter queue")
+
+    ((_, record),) = queue_deliveries(probe_stack, healthy)
+    attempts = queue_deliveries(probe_stack, failing)
+    assert [r["attributes"]["ApproximateReceiveCount"] for _, r in attempts] == ["1", "2"]
+    assert all(r["messageId"] in i.failed_ids for i, r in attempts)
+    assert set(record) == {
+        "messageId",
+        "receiptHandle",
+        "body",
+        "attributes",
+        "messageAttributes",
+        "md5OfBody",
+        "md5OfMessageAttributes",
+        "eventSource",
+        "eventSourceARN",
+        "awsRegion",
+    }
+    assert record["eventSource"] == "aws:sqs"
+    assert record["eventSourceARN"] == probe_stack.template.arn("ProbeQueue")
+    assert record["awsRegion"] == "us-east-1"
+    assert record["attributes"]["ApproximateReceiveCount"] == "1"
+    assert record["messageAttributes"]["origin"] == {
+        "stringValue": "test",
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": "String",
+    }
+
+
+def test_the_batch_size_comes_from_the_template(
+    probe_stack: LocalStack, local_services: LocalServices, tmp_path: Path
+) -> None:
+    data = probe_template_data()
+    data["Resources"]["ProbeQueueFunction"]["Properties"]["Events"]["Queue"]["Properties"]["BatchSize"] = 5
+    copy = tmp_path / "template.yaml"
+    copy.write_text(yaml.safe_dump(data, sort_keys=False))
+    options = StackOptions(
+        api_port=0,
+        data_dir=tmp_path / "data",
+        seed_file=None,
+        only_functions=frozenset({"ProbeQueueFunction"}),
+    )
+    edited = start_stack(Template.load(copy, stack_name="batch"), options, local_services)
+    try:
+        sizes = {}
+        for stack in (probe_stack, edited):
+            bodies = [unique("batch") for _ in range(5)]
+            stack.clients.sqs().send_message_batch(
+                QueueUrl=stack.queue_url("ProbeQueue"),
+                Entries=[{"Id": str(n), "MessageBody": body} for n, body in enumerate(bodies)],
+            )
+
+            def all_delivered(stack: LocalStack = stack, bodies: list[str] = bodies) -> bool:
+                return all(queue_deliveries(stack, body) for body in bodies)
+
+            stack.wait_for(all_delivered, STREAM_SECONDS, "all five messages")
+            sizes[stack.template.stack_name] = max(
+                len(i.records) for b in bodies for i, _ in queue_deliveries(stack, b)
+            )
+    finally:
+        stop_stack(edited)
+
+    assert sizes == {"probe": 3, "batch": 5}
+
+
+# --- start-up -----------------------------------------------------------------------------------------
+@pytest.fixture
+def taken_port() -> Any:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def test_a_taken_port_fails_start_up_quickly_and_clearly(
+    taken_port: int, local_services: LocalServices, tmp_path: Path
+) -> None:
+    running = {child.pid for child in live_children()}
+    services = LocalServices(tmp_path, dynamodb_port=taken_port)
+    stack = LocalStack(
+        Template.load(), StackOptions(api_port=taken_port, data_dir=tmp_path), services=local_services
+    )
+
+    started = time.monotonic()
+    with pytest.raises(StartupError, match=f"port {taken_port} for DynamoDB Local is already in use"):
+        services.start()
+    with pytest.raises(StartupError, match=f"port {taken_port} for the local API is already in use"):
+        stack.start()
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 5
+    assert {child.pid for child in live_children()} == running, "nothing is left running"
+
+
+def test_missing_java_is_a_clear_start_up_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(StartupError, match="Java is required"):
+        LocalServices(tmp_path).start()
