@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import boto3
+import botocore.client
 import pytest
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from local.template import ROOT, Template
+from shop.config import Settings
+from shop.inventory_repository import DynamoInventoryRepository
+from shop.order_repository import DynamoOrderRepository
+from shop.orders import OrderLine, OrderService, PlaceOrder
+from tests.support import json_body, load_event
 
 README = (ROOT / "README.md").read_text()
+TEMPLATE_TEXT = (ROOT / "template.yaml").read_text()
+Grant = tuple[str, str]  # (IAM action, resource: logical id, "<logical id>.StreamArn" or "*")
 
 
 def readme_table(section: str) -> list[list[str]]:
@@ -22,9 +35,64 @@ def ticked(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
-def statements(template: Template, logical_id: str) -> list[dict[str, Any]]:
-    policies = template.function(logical_id).policies
-    return [statement for policy in policies for statement in policy["Statement"]]
+def execution_role(template: Template, function: str) -> dict[str, Any]:
+    role = template.resources[function]["Properties"]["Role"]
+    assert set(role) == {"Fn::GetAtt"}, f"{function}: Role must be a role of this template"
+    logical_id, attribute = role["Fn::GetAtt"]
+    assert attribute == "Arn"
+    resource = template.resources[logical_id]
+    assert resource["Type"] == "AWS::IAM::Role"
+    return dict(resource["Properties"])
+
+
+def statements(template: Template, function: str) -> list[dict[str, Any]]:
+    policies = execution_role(template, function).get("Policies", [])
+    return [statement for policy in policies for statement in policy["PolicyDocument"]["Statement"]]
+
+
+def resource_name(value: Any) -> str:
+    """A statement's resource in the README's notation: `Table`, `Table.StreamArn`, `*`."""
+    if value == "*":
+        return "*"
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return str(value["Ref"])
+    if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+        logical_id, attribute = value["Fn::GetAtt"]
+        return str(logical_id) if attribute == "Arn" else f"{logical_id}.{attribute}"
+    raise AssertionError(f"unexpected resource {value!r}: name it with Ref or GetAtt")
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def granted(template: Template, function: str) -> set[Grant]:
+    grants: set[Grant] = set()
+    for statement in statements(template, function):
+        assert statement["Effect"] == "Allow", statement
+        assert "Condition" not in statement, statement
+        for action in as_list(statement["Action"]):
+            for resource in as_list(statement["Resource"]):
+                grants.add((action, resource_name(resource)))
+    return grants
+
+
+def readme_grants(cell: str) -> set[Grant]:
+    """`a:X`, `a:Y` on `R1`, `R2`; `a:Z` on `*` → every (action, resource) pair the cell names."""
+    grants: set[Grant] = set()
+    for clause in filter(None, (part.strip() for part in cell.split(";"))):
+        actions, _, resources = clause.partition(" on ")
+        assert resources, f"permissions table: {clause!r} does not say on which resources"
+        grants.update((a, r) for a in ticked(actions) for r in ticked(resources))
+    return grants
+
+
+def documented_permissions() -> dict[str, tuple[set[Grant], set[Grant]]]:
+    """Per function: (what its code calls, what Lambda uses to run it), from the README table."""
+    return {
+        ticked(name)[0]: (readme_grants(code), readme_grants(runtime))
+        for name, code, runtime in readme_table("permissions")
+    }
 
 
 def test_resources_are_the_ones_the_readme_lists(template: Template):
@@ -37,26 +105,224 @@ def test_outputs_are_the_ones_the_readme_lists(template: Template):
     assert documented == set(template.data["Outputs"])
 
 
-def test_each_function_is_granted_exactly_the_actions_the_readme_lists(template: Template):
-    documented = {ticked(row[0])[0]: set(ticked(row[1])) - {"*"} for row in readme_table("permissions")}
-    granted = {}
-    for logical_id in template.functions():
-        actions: set[str] = set()
-        for statement in statements(template, logical_id):
-            action = statement["Action"]
-            actions.update([action] if isinstance(action, str) else action)
-        granted[logical_id] = actions
-    assert granted == documented
+def test_each_function_is_granted_exactly_what_the_readme_lists(template: Template):
+    documented = {name: code | runtime for name, (code, runtime) in documented_permissions().items()}
+    assert {name: granted(template, name) for name in template.functions()} == documented
 
 
-def test_no_function_uses_a_wildcard_resource_except_list_streams(template: Template):
-    for logical_id in template.functions():
-        for statement in statements(template, logical_id):
-            resources = (
-                statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            )
-            if "*" in resources:
-                assert statement["Action"] == "dynamodb:ListStreams", (logical_id, statement)
+def test_roles_are_the_templates_own_with_no_managed_policies(template: Template):
+    # SAM would attach AWSLambdaBasicExecutionRole, the X-Ray write policy and the event sources'
+    # execution roles (all on `*`) to a role it generates from `Policies`; an explicit role gets none.
+    for name in template.functions():
+        assert "Policies" not in template.resources[name]["Properties"], name
+        role = execution_role(template, name)
+        assert "ManagedPolicyArns" not in role, name
+        assert "PermissionsBoundary" not in role, name
+        [trust] = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust == {
+            "Effect": "Allow",
+            "Principal": {"Service": "lambda.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+
+
+def runtime_needs(template: Template, name: str) -> set[Grant]:
+    """What Lambda does with a function's role, derived from the function's configuration."""
+    props = template.resources[name]["Properties"]
+    needs: set[Grant] = {
+        ("logs:CreateLogStream", props["LoggingConfig"]["LogGroup"]["Ref"]),
+        ("logs:PutLogEvents", props["LoggingConfig"]["LogGroup"]["Ref"]),
+    }
+    tracing = props.get("Tracing", template.data["Globals"]["Function"].get("Tracing"))
+    if tracing == "Active":
+        needs |= {("xray:PutTraceSegments", "*"), ("xray:PutTelemetryRecords", "*")}
+    for event in props.get("Events", {}).values():
+        source = event["Properties"]
+        if event["Type"] == "SQS":
+            queue = resource_name(source["Queue"])
+            needs |= {
+                (a, queue) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+            }
+        if event["Type"] == "DynamoDB":
+            stream = resource_name(source["Stream"])
+            reads = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")
+            needs |= {(a, stream) for a in reads} | {("dynamodb:ListStreams", "*")}
+        on_failure = source.get("DestinationConfig", {}).get("OnFailure")
+        if on_failure:
+            assert on_failure["Type"] == "SQS"
+            needs.add(("sqs:SendMessage", resource_name(on_failure["Destination"])))
+    return needs
+
+
+def test_what_lambda_uses_follows_from_each_functions_configuration(template: Template):
+    documented = {name: runtime for name, (_, runtime) in documented_permissions().items()}
+    assert {name: runtime_needs(template, name) for name in template.functions()} == documented
+
+
+def test_wildcard_resources_only_where_aws_has_no_resource_level_permissions(template: Template):
+    for name in template.functions():
+        for action, resource in granted(template, name):
+            if resource == "*":
+                assert action in {"dynamodb:ListStreams", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    # ... and each such case says why, next to it.
+    for line in TEMPLATE_TEXT.splitlines():
+        if re.search(r"Resource: \"\*\"", line):
+            assert "#" in line, f"explain this wildcard in a comment: {line.strip()}"
+
+
+# --- what the code really calls -----------------------------------------------------------------------
+_TRANSACT_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+
+
+class CallRecorder:
+    """Records every AWS call made while recording, as (IAM action, resource logical id) pairs."""
+
+    def __init__(self, template: Template) -> None:
+        self.logical_ids: dict[str, str] = {}
+        for logical_id in template.resources:
+            self.logical_ids[template.physical_name(logical_id)] = logical_id
+            self.logical_ids[template.arn(logical_id)] = logical_id
+        self.calls: set[Grant] = set()
+        self.recording = False
+
+    def _add(self, prefix: str, action: str, resource: str) -> None:
+        self.calls.add((f"{prefix}:{action}", self.logical_ids.get(resource, resource)))
+
+    def record(self, prefix: str, operation: str, params: dict[str, Any]) -> None:
+        if operation == "TransactWriteItems":  # IAM authorises each action of a transaction on its own
+            for item in params["TransactItems"]:
+                [(kind, spec)] = item.items()
+                self._add(prefix, _TRANSACT_ACTIONS[kind], spec["TableName"])
+        elif operation == "TransactGetItems":
+            for item in params["TransactItems"]:
+                self._add(prefix, "GetItem", item["Get"]["TableName"])
+        elif operation in {"BatchGetItem", "BatchWriteItem"}:
+            for table in params["RequestItems"]:
+                self._add(prefix, operation, table)
+        elif operation == "PutEvents":
+            for entry in params["Entries"]:
+                self._add(prefix, operation, entry.get("EventBusName", "default"))
+        else:
+            resource = params.get("TableName") or params.get("TopicArn") or params.get("QueueUrl") or "*"
+            self._add(prefix, operation, resource)
+
+    @contextmanager
+    def recording_calls(self) -> Iterator[None]:
+        self.recording = True
+        try:
+            yield
+        finally:
+            self.recording = False
+
+
+@pytest.fixture
+def recorder(template: Template, monkeypatch: pytest.MonkeyPatch) -> CallRecorder:
+    calls = CallRecorder(template)
+    original = botocore.client.BaseClient._make_api_call  # type: ignore[attr-defined]
+
+    def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        if calls.recording:
+            calls.record(client.meta.service_model.signing_name, operation, params)
+        return original(client, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", make_api_call)
+    return calls
+
+
+def idempotency_store_calls() -> set[str]:
+    """The DynamoDB actions Powertools' persistence layer can call (some only on failure paths)."""
+    methods = set(re.findall(r"self\.client\.(\w+)\(", inspect.getsource(DynamoDBPersistenceLayer)))
+    return {"dynamodb:" + "".join(part.title() for part in method.split("_")) for method in methods}
+
+
+ORDER_ID = "o-0000000000000000000000000000a001"  # the order of the sqs_* sample events
+
+
+def _settings(template: Template, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("ORDERS_TABLE_NAME", template.physical_name("OrdersTable"))
+    monkeypatch.setenv("INVENTORY_TABLE_NAME", template.physical_name("InventoryTable"))
+    return Settings.from_env()
+
+
+def _orders_api(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:
+    create = load_event("api_create_order.json")
+    order_id = json_body(invoke("OrdersApiFunction", create))["orderId"]
+    invoke("OrdersApiFunction", create)  # a retry with the same Idempotency-Key: replayed
+    for name in ("api_get_order.json", "api_cancel_order.json"):
+        event = load_event(name)
+        event["pathParameters"] = {"orderId": order_id}
+        event["path"] = event["path"].replace("o-00000000000000000000000000000001", order_id)
+        invoke("OrdersApiFunction", event)
+
+
+def _relay(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:
+    invoke("OutboxRelayFunction", load_event("relay_outbox_insert_batch.json"))
+
+
+def _inventory(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:
+    invoke("InventoryFunction", load_event("sqs_inventory_order_created.json"))
+    invoke("InventoryFunction", load_event("sqs_inventory_order_created.json"))  # a duplicate
+    invoke("InventoryFunction", load_event("sqs_inventory_order_cancelled.json"))
+
+
+def _order_status(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:
+    invoke("OrderStatusFunction", load_event("sqs_order_status_inventory_reserved.json"))
+    invoke("OrderStatusFunction", load_event("sqs_order_status_inventory_rejected.json"))
+
+
+def _notification(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("confirmed", "rejected", "cancelled"):
+        invoke("NotificationFunction", load_event(f"sqs_notification_order_{name}.json"))
+
+
+SCENARIOS = {
+    "OrdersApiFunction": _orders_api,
+    "OutboxRelayFunction": _relay,
+    "InventoryFunction": _inventory,
+    "OrderStatusFunction": _order_status,
+    "NotificationFunction": _notification,
+}
+
+
+def test_every_function_has_a_scenario(template: Template):
+    assert set(SCENARIOS) == set(template.functions())
+
+
+@pytest.mark.parametrize("function", sorted(SCENARIOS))
+def test_code_column_is_exactly_what_the_code_calls(
+    function: str,
+    bus: Any,
+    invoke: Callable[..., Any],
+    recorder: CallRecorder,
+    template: Template,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Given what the scenarios need to exist (set up without recording)
+    settings = _settings(template, monkeypatch)
+    DynamoInventoryRepository(settings).set_stock("SKU-RED-MUG", 10)
+    DynamoInventoryRepository(settings).set_stock("SKU-BLUE-PEN", 5)
+    OrderService(DynamoOrderRepository(settings), settings, new_id=lambda: ORDER_ID).place_order(
+        PlaceOrder("c-1001", "USD", (OrderLine("SKU-RED-MUG", 2, 1250), OrderLine("SKU-BLUE-PEN", 1, 399))),
+        idempotency_key=None,
+        correlation_id="corr-demo-0001",
+    )
+    boto3.client("sns").create_topic(Name=template.physical_name("NotificationTopic"))
+
+    # When the function runs its sample events
+    with recorder.recording_calls():
+        SCENARIOS[function](invoke, template, monkeypatch)
+
+    # Then its code called exactly what the README's table says, on those resources
+    calls = set(recorder.calls)
+    if "IDEMPOTENCY_TABLE_NAME" in template.function(function).environment:
+        calls |= {(action, "IdempotencyTable") for action in idempotency_store_calls()}
+    code, _ = documented_permissions()[function]
+    assert calls == code
 
 
 def test_every_function_runs_python313_on_arm64_with_its_own_log_group(template: Template):
