@@ -56,7 +56,9 @@ def _raise_exit(signum: int, _frame: FrameType | None) -> None:
 def run() -> int:
     console = Console()
     stack = LocalStack(options=_options(), console=console)
-    # SIGTERM and SIGHUP unwind like Ctrl-C, so the finally below stops every child.
+    # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (e.g. from a script with &);
+    # SIGTERM and SIGHUP unwind the same way, so the finally below stops every child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_exit)
     signal.signal(signal.SIGHUP, _raise_exit)
     console.print("starting the local stack (DynamoDB Local, moto, functions) …")

@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import select
-import sys
 import threading
 import time
 import uuid
@@ -22,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from local.processes import ChildProcess
+from local.launchers import Launcher, LaunchError, SubprocessLauncher, WorkerPipes, WorkerProcess
 from local.services import FAKE_CREDENTIALS, Endpoints
-from local.template import REGION, ROOT, FunctionSpec
+from local.template import REGION, FunctionSpec
 
 # Lambda allows 10 s for the init phase of an on-demand environment.
 INIT_TIMEOUT_SECONDS = 10.0
@@ -153,7 +152,7 @@ class _Channel:
 
 @dataclass
 class _Environment:
-    process: ChildProcess
+    process: WorkerProcess
     channel: _Channel
     ready: bool = False
     init_error: FunctionError | None = None
@@ -171,6 +170,7 @@ class FunctionRuntime:
         log_path: Path,
         echo: LogEcho | None = None,
         tracing: bool = False,
+        launcher: Launcher | None = None,
     ) -> None:
         self.spec = spec
         self.physical_name = physical_name
@@ -178,6 +178,7 @@ class FunctionRuntime:
         self.log_path = log_path
         self._echo = echo
         self._tracing = tracing
+        self._launcher: Launcher = launcher or SubprocessLauncher()
         self._lock = threading.Lock()
         self._current: _Environment | None = None
         self._stopped = False
@@ -222,7 +223,10 @@ class FunctionRuntime:
             started = time.monotonic()
             cold = self._current is None or not self._current.ready
             if self._current is None:
-                self._current = self._spawn()
+                try:
+                    self._current = self._spawn()
+                except LaunchError as exc:
+                    return InvocationResult(request_id, error=FunctionError("Local.LaunchFailed", str(exc)))
             environment = self._current
             init_error = self._await_init(environment, time.monotonic() + INIT_TIMEOUT_SECONDS)
             if init_error is not None:
@@ -270,6 +274,7 @@ class FunctionRuntime:
     def _spawn(self) -> _Environment:
         request_read, request_write = os.pipe()
         response_read, response_write = os.pipe()
+        output_read, output_write = os.pipe()
         config = {
             "handler": self.spec.handler,
             "code_dir": str(self.spec.code_uri),
@@ -279,31 +284,22 @@ class FunctionRuntime:
             "log_group_name": f"/aws/lambda/{self.physical_name}",
             "log_stream_name": "local",
         }
+        pipes = WorkerPipes(request_read, response_write, output_write)
         try:
-            process = ChildProcess(
-                self.spec.logical_id,
-                [
-                    sys.executable,
-                    "-m",
-                    "local.worker",
-                    json.dumps(config),
-                    str(request_read),
-                    str(response_write),
-                ],
-                env=self.environment,
-                cwd=ROOT,
-                stdout=-1,  # subprocess.PIPE: the log pump reads it
-                pass_fds=(request_read, response_write),
-                guard=False,  # the worker watches its parent itself (it may be respawned from any thread)
-            )
+            process = self._launcher.launch(self.spec.logical_id, config, self.environment, pipes)
+        except BaseException:
+            for fd in (request_write, response_read, output_read):
+                os.close(fd)
+            raise
         finally:
-            os.close(request_read)
-            os.close(response_write)
+            for fd in (request_read, response_write, output_write):
+                os.close(fd)  # the worker has its own copies now
         environment = _Environment(process=process, channel=_Channel(response_read, request_write))
-        stdout = process.popen.stdout
-        assert stdout is not None
         environment.log_pump = threading.Thread(
-            target=self._pump_logs, args=(stdout,), name=f"logs-{self.logical_id}", daemon=True
+            target=self._pump_logs,
+            args=(os.fdopen(output_read, "rb"),),
+            name=f"logs-{self.logical_id}",
+            daemon=True,
         )
         environment.log_pump.start()
         return environment

@@ -11,8 +11,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,14 +123,16 @@ class Provisioner:
         self._log_dir = log_dir
         self._endpoints = clients.endpoints
         self.report = ProvisioningReport()
+        self._report_lock = threading.Lock()
         self._new_tables: set[str] = set()
         self._queue_urls: dict[str, str] = {}
 
-    def provision(self) -> ProvisioningReport:
-        # Order matters where resources refer to each other: queues before redrive policies and
-        # subscriptions, buses before rules.
-        steps: list[tuple[str, Callable[[str], None]]] = [
-            ("AWS::DynamoDB::Table", self._table),
+    def provision(self, seed_file: Path | None = None) -> ProvisioningReport:
+        """Create everything; DynamoDB Local (tables, then seeds) and moto are provisioned in parallel."""
+        # Within each service, order matters where resources refer to each other: queues before
+        # redrive policies and subscriptions, buses before rules.
+        dynamodb_steps: list[tuple[str, Callable[[str], None]]] = [("AWS::DynamoDB::Table", self._table)]
+        moto_steps: list[tuple[str, Callable[[str], None]]] = [
             ("AWS::SQS::Queue", self._queue),
             ("AWS::SQS::Queue", self._queue_redrive),
             ("AWS::SNS::Topic", self._topic),
@@ -136,10 +140,23 @@ class Provisioner:
             ("AWS::Events::EventBus", self._event_bus),
             ("AWS::Events::Rule", self._rule),
         ]
-        handled = {resource_type for resource_type, _ in steps}
-        for resource_type, step in steps:
-            for logical_id in self.template.of_type(resource_type):
-                step(logical_id)
+
+        def run(
+            steps: list[tuple[str, Callable[[str], None]]], then: Callable[[], None] | None = None
+        ) -> None:
+            for resource_type, step in steps:
+                for logical_id in self.template.of_type(resource_type):
+                    step(logical_id)
+            if then is not None:
+                then()
+
+        seed = (lambda: self.seed(seed_file)) if seed_file is not None else None
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="provision") as pool:
+            for done in [pool.submit(run, dynamodb_steps, seed), pool.submit(run, moto_steps)]:
+                done.result()
+        order = list(self.template.resources)
+        self.report.created.sort(key=lambda line: order.index(line.logical_id.split(".")[0]))
+        handled = {resource_type for resource_type, _ in dynamodb_steps + moto_steps}
         for logical_id, resource in self.template.resources.items():
             resource_type = resource["Type"]
             if resource_type in handled:
@@ -157,13 +174,16 @@ class Provisioner:
 
     # --- report -----------------------------------------------------------------------------------
     def _created(self, logical_id: str, resource_type: str, detail: str) -> None:
-        self.report.created.append(ResourceLine(logical_id, resource_type, detail))
+        with self._report_lock:
+            self.report.created.append(ResourceLine(logical_id, resource_type, detail))
 
     def _emulated(self, logical_id: str, resource_type: str, detail: str) -> None:
-        self.report.emulated.append(ResourceLine(logical_id, resource_type, detail))
+        with self._report_lock:
+            self.report.emulated.append(ResourceLine(logical_id, resource_type, detail))
 
     def _not_emulated(self, logical_id: str, resource_type: str, reason: str) -> None:
-        self.report.not_emulated.append(ResourceLine(logical_id, resource_type, reason))
+        with self._report_lock:
+            self.report.not_emulated.append(ResourceLine(logical_id, resource_type, reason))
 
     # --- DynamoDB ---------------------------------------------------------------------------------
     def _table(self, logical_id: str) -> None:
@@ -292,12 +312,13 @@ class Provisioner:
         redrive = props.get("RedrivePolicy")
         if isinstance(redrive, dict):
             target = str(redrive.get("deadLetterTargetArn", "")).rsplit(":", 1)[-1]
-            line = next(line for line in self.report.created if line.logical_id == logical_id)
-            self.report.created[self.report.created.index(line)] = ResourceLine(
-                logical_id,
-                line.resource_type,
-                f"{line.detail}, to {target} after {redrive.get('maxReceiveCount')}",
-            )
+            with self._report_lock:
+                line = next(line for line in self.report.created if line.logical_id == logical_id)
+                self.report.created[self.report.created.index(line)] = ResourceLine(
+                    logical_id,
+                    line.resource_type,
+                    f"{line.detail}, to {target} after {redrive.get('maxReceiveCount')}",
+                )
 
     def queue_url(self, logical_id: str) -> str:
         return self._queue_urls[logical_id]

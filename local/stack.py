@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from local.console import Console
 from local.destinations import FailureDestinations
 from local.event_sources import IMPLICIT_API, EventSources, read_event_sources
 from local.functions import FunctionError, FunctionRuntime, InvocationResult, function_environment
+from local.launchers import ForkServer, Launcher, shared_environment
 from local.processes import StartupError
 from local.provisioning import SEED_FILE, Provisioner, ProvisioningReport
 from local.queue_poller import QueuePoller
@@ -92,7 +94,7 @@ class LocalStack:
         self._pollers: list[StreamPoller | QueuePoller | TopicWatcher] = []
         self._stream_arns: dict[str, str] = {}
         self._queue_urls: dict[str, str] = {}
-        self._started = False
+        self._fork_server: ForkServer | None = None
 
     # --- lifecycle --------------------------------------------------------------------------------
     def __enter__(self) -> LocalStack:
@@ -105,7 +107,6 @@ class LocalStack:
     def start(self) -> None:
         """Start everything; on failure, stop what was started and raise (StartupError: the usual causes)."""
         began = time.monotonic()
-        self._started = True
         try:
             self._start(began)
         except BaseException:
@@ -122,14 +123,16 @@ class LocalStack:
             self.api = ApiServer(routes, self.functions, api_ids, self.activity, self.options.api_port)
         if self._owns_services:
             self.services.launch()
-        for runtime in self.functions.values():
-            runtime.start()  # handler imports run while the services come up
-        if self._owns_services:
-            self.services.wait_ready()
-        provisioner = Provisioner(self.template, self.clients, log_dir=self.options.log_dir)
-        self.report.provisioning = provisioner.provision()
-        if self.options.seed_file is not None:
-            provisioner.seed(self.options.seed_file)
+        if self._fork_server is not None:
+            self._fork_server.start()
+        # Function inits (imports) run while the services come up and resources are created.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="init") as pool:
+            inits = pool.submit(self._start_functions)
+            if self._owns_services:
+                self.services.wait_ready()
+            provisioner = Provisioner(self.template, self.clients, log_dir=self.options.log_dir)
+            self.report.provisioning = provisioner.provision(self.options.seed_file)
+            inits.result()
         self._queue_urls = {q: provisioner.queue_url(q) for q in self.template.of_type("AWS::SQS::Queue")}
         for logical_id, runtime in self.functions.items():
             error = runtime.wait_ready()
@@ -150,6 +153,8 @@ class LocalStack:
             poller.stop()
         for runtime in self.functions.values():
             runtime.stop()  # ends in-flight invocations, so pollers notice the stop at once
+        if self._fork_server is not None:
+            self._fork_server.stop()
         for poller in self._pollers:
             poller.join(_JOIN_SECONDS)
         self._pollers.clear()
@@ -168,6 +173,7 @@ class LocalStack:
         return stages
 
     def _create_functions(self) -> None:
+        specs = {}
         for logical_id, spec in self.template.functions().items():
             if self.options.only_functions is not None and logical_id not in self.options.only_functions:
                 continue
@@ -180,19 +186,37 @@ class LocalStack:
                 self.report.functions_not_emulated.append(
                     f"{logical_id}: layers {', '.join(spec.external_layers)} are not available locally"
                 )
-            physical = self.template.physical_name(logical_id)
-            tracing = str(self.template.properties(logical_id).get("Tracing", self._global("Tracing"))) in {
-                "Active",
-                "PassThrough",
-            }
+            specs[logical_id] = spec
+        environments = {
+            logical_id: function_environment(spec, self.template.physical_name(logical_id), self.endpoints)
+            for logical_id, spec in specs.items()
+        }
+        launcher: Launcher | None = None
+        if len(specs) > 1:
+            # Shared packages are imported once, with the environment all functions have in common;
+            # LAMBDA_TASK_ROOT only marks "in Lambda" for packages that look at it on import.
+            shared = shared_environment(list(environments.values()))
+            shared.setdefault("LAMBDA_TASK_ROOT", str(ROOT / "functions"))
+            self._fork_server = ForkServer(shared, self.options.log_dir / "forkserver.log")
+            launcher = self._fork_server
+        for logical_id, spec in specs.items():
             self.functions[logical_id] = FunctionRuntime(
                 spec,
-                physical,
-                function_environment(spec, physical, self.services.endpoints),
+                self.template.physical_name(logical_id),
+                environments[logical_id],
                 self.options.log_dir / f"{logical_id}.log",
                 echo=self._echo if self.options.echo_function_logs else None,
-                tracing=tracing,
+                tracing=self._tracing(logical_id),
+                launcher=launcher,
             )
+
+    def _start_functions(self) -> None:
+        for runtime in self.functions.values():
+            runtime.start()
+
+    def _tracing(self, logical_id: str) -> bool:
+        mode = self.template.properties(logical_id).get("Tracing", self._global("Tracing"))
+        return str(mode) in {"Active", "PassThrough"}
 
     def _global(self, name: str) -> Any:
         return self.template.resolve(self.template.data.get("Globals", {}).get("Function", {}).get(name))
@@ -287,6 +311,8 @@ class LocalStack:
 
     def child_pids(self) -> list[int]:
         pids = [pid for runtime in self.functions.values() for pid in runtime.child_pids()]
+        if self._fork_server is not None:
+            pids += self._fork_server.child_pids()
         if self._owns_services:
             pids += self.services.child_pids()
         return pids

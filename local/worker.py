@@ -1,8 +1,9 @@
 """One function's execution environment: a process that imports the handler once and runs invocations.
 
-Started by local.functions as `python -m local.worker CONFIG_JSON REQUEST_FD RESPONSE_FD` with exactly
-the environment the template gives the function. Requests and responses are JSON lines on two pipes,
-so the handler's own stdout and stderr stay free for its logs, as in Lambda.
+Started by local.launchers, as `python -m local.worker CONFIG_JSON REQUEST_FD RESPONSE_FD` or forked
+by the fork server, with exactly the environment the template gives the function. Requests and
+responses are JSON lines on two pipes, so the handler's own stdout and stderr stay free for its logs,
+as in Lambda.
 """
 
 from __future__ import annotations
@@ -127,10 +128,10 @@ def _invoke(function: Any, request: dict[str, Any], config: dict[str, Any]) -> d
     return {"type": "result", "payload": payload}
 
 
-def main(argv: list[str]) -> None:
-    config = json.loads(argv[1])
-    requests = os.fdopen(int(argv[2]), "rb")
-    responses = os.fdopen(int(argv[3]), "wb")
+def serve(config: dict[str, Any], request_fd: int, response_fd: int) -> None:
+    """Init the function, then answer invocations until the request pipe closes."""
+    requests = os.fdopen(request_fd, "rb")
+    responses = os.fdopen(response_fd, "wb")
     _exit_with_parent(os.getppid())
     # Pipes are block-buffered by default; line buffering keeps the log view live.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -153,6 +154,10 @@ def main(argv: list[str]) -> None:
             _send(responses, {"type": "error", "error": _exception_error(exc, "Runtime.ExitError")})
             raise
         _send(responses, {**response, "request_id": request["request_id"]})
+
+
+def main(argv: list[str]) -> None:
+    serve(json.loads(argv[1]), int(argv[2]), int(argv[3]))
 
 
 if __name__ == "__main__":
