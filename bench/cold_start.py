@@ -69,7 +69,7 @@ def run(host_build: Path, workdir: Path, samples: int) -> dict[str, Any]:
     for bytecode in (False, True):
         label = "with_pyc" if bytecode else "no_pyc"
         if bytecode:
-            compileall.compile_dir(str(workdir), quiet=1, workers=2)
+            compileall.compile_dir(str(workdir), quiet=1)
         timings: dict[str, list[float]] = {name: [] for name in subjects}
         for _ in range(samples):
             for name, (paths, module, env) in subjects.items():

@@ -1,9 +1,39 @@
-"""One logger, tracer and metrics instance per process, configured by the POWERTOOLS_* variables."""
+"""One logger, tracer and metrics instance per process, configured by the POWERTOOLS_* variables.
+
+SDK-call tracing is opt-in (TRACE_SDK_CALLS=true): the X-Ray SDK behind Powertools' Tracer builds a
+botocore session and loads the endpoint models when it is imported, which measured at about as much
+as `import boto3` itself on every cold start (see README "Performance"). Without it, Lambda's Active
+tracing still records every invocation and the trace header still travels with each event.
+"""
 
 from __future__ import annotations
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+import os
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
 
 logger = Logger()
-tracer = Tracer()
 metrics = Metrics()
+
+
+class LambdaLevelTracing:
+    """Tracer stand-in when SDK-call tracing is off: the same decorators, doing nothing."""
+
+    def capture_lambda_handler(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        return handler
+
+    def put_annotation(self, key: str, value: str | int | float | bool) -> None:
+        """Annotations need the SDK; without it the value is in the structured logs instead."""
+
+
+def _make_tracer() -> Any:
+    if os.environ.get("TRACE_SDK_CALLS", "false").lower() == "true":
+        from aws_lambda_powertools import Tracer  # imported only when asked for
+
+        return Tracer()
+    return LambdaLevelTracing()
+
+
+tracer: LambdaLevelTracing = _make_tracer()
