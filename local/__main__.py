@@ -10,22 +10,19 @@ Settings come from the environment, as the Makefile passes them:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from local.console import Console
-from local.functions import FunctionRuntime, InvocationResult, function_environment
-from local.processes import StartupError, accepts_connections
-from local.services import Endpoints
+from local.invoke import invoke, write_state
+from local.processes import StartupError
 from local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
 from local.summary import startup_summary
-from local.template import Template, TemplateError
+from local.template import TemplateError
 
 STATE_FILE = DEFAULT_DATA_DIR / "stack.json"
 _WATCH_SECONDS = 0.5
@@ -82,7 +79,7 @@ def _serve(stack: LocalStack, console: Console) -> int:
     """Show the summary, then watch the services until Ctrl-C (0) or a service dies (1)."""
     for line in startup_summary(stack, console):
         console.print(line)
-    _write_state(stack)
+    write_state(stack, STATE_FILE)
     try:
         while stack.services.alive():
             time.sleep(_WATCH_SECONDS)
@@ -91,70 +88,6 @@ def _serve(stack: LocalStack, console: Console) -> int:
     died = "error: a local service exited unexpectedly; see .local-data/logs"
     console.print(console.paint(died, "\033[31m"))
     return 1
-
-
-def _write_state(stack: LocalStack) -> None:
-    state = {
-        "pid": os.getpid(),
-        "stack_name": stack.template.stack_name,
-        "endpoints": {"dynamodb": stack.endpoints.dynamodb, "moto": stack.endpoints.moto},
-        "api_url": stack.api_url if stack.api is not None else None,
-    }
-    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
-    STATE_FILE.write_text(json.dumps(state, indent=2))
-
-
-def _running_stack(state_file: Path) -> dict[str, Any] | None:
-    """The state of a running `make local`, if one is up (stale state files are ignored)."""
-    try:
-        state = json.loads(state_file.read_text())
-        os.kill(int(state["pid"]), 0)
-    except (OSError, ValueError, KeyError):
-        return None
-    ports = [int(url.rsplit(":", 1)[1]) for url in state["endpoints"].values()]
-    return state if all(accepts_connections(port) for port in ports) else None
-
-
-def _print_log_line(function: str, line: str) -> None:
-    print(f"{function} | {line}", file=sys.stderr)
-
-
-def invoke(function: str, event_path: Path, state_file: Path = STATE_FILE) -> int:
-    template = Template.load()
-    if function not in template.of_type("AWS::Serverless::Function"):
-        names = ", ".join(template.of_type("AWS::Serverless::Function"))
-        print(f"error: {function} is not a function of template.yaml (functions: {names})", file=sys.stderr)
-        return 2
-    event = json.loads(event_path.read_text())
-    state = _running_stack(state_file)
-    if state is not None:
-        print(f"invoking {function} against the running local stack", file=sys.stderr)
-        result = _invoke_against(template, function, event, Endpoints(**state["endpoints"]))
-    else:
-        print(f"no local stack is running: starting one for this call ({function})", file=sys.stderr)
-        options = StackOptions(api_port=0, serve=False, only_functions=frozenset({function}))
-        options.echo_function_logs = True
-        with LocalStack(template, options, console=Console(sys.stderr)) as stack:
-            result = stack.invoke(function, event)
-    output = result.payload if result.ok else result.error.to_payload() if result.error else None
-    print(json.dumps(output, indent=2))
-    return 0 if result.ok else 1
-
-
-def _invoke_against(template: Template, function: str, event: Any, endpoints: Endpoints) -> InvocationResult:
-    spec = template.function(function)
-    physical = template.physical_name(function)
-    runtime = FunctionRuntime(
-        spec,
-        physical,
-        function_environment(spec, physical, endpoints),
-        DEFAULT_DATA_DIR / "logs" / f"{function}.invoke.log",
-        echo=_print_log_line,
-    )
-    try:
-        return runtime.invoke(event)
-    finally:
-        runtime.stop()
 
 
 def main(argv: list[str]) -> int:
@@ -167,7 +100,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "invoke":
-            return invoke(args.function, args.event)
+            return invoke(args.function, args.event, STATE_FILE)
         return run()
     except (StartupError, TemplateError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -68,6 +68,16 @@ def _describe_image(image: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _summary(document: dict[str, Any]) -> str | None:
+    """Type and subject of a message (its subject, or its first *Id field other than its own id)."""
+    kind = document.get("type") or document.get("eventType") or document.get("detail-type")
+    subject = document.get("subject") or next(
+        (v for k, v in document.items() if k.endswith("Id") and k not in {"eventId", "messageId"}), None
+    )
+    text = " ".join(str(part) for part in (kind, subject) if part)
+    return text or None
+
+
 def describe_record(record: dict[str, Any]) -> tuple[str, str]:
     """(what the record carries, the id to quote when it fails)."""
     event: dict[str, Any] | None = None
@@ -173,8 +183,8 @@ class Console:
         return f"{self._prefix(notice.at, short_name(notice.component.split('.')[0]))}{message}"
 
     def publication_line(self, publication: Publication) -> str:
-        event = _cloud_event(_json_object(publication.message))
-        what = " ".join(str(event.get(k)) for k in ("type", "subject") if event and event.get(k))
+        document = _json_object(publication.message)
+        what = _summary(_cloud_event(document) or document) if document else None
         subject = f"“{publication.subject}” " if publication.subject else ""
         text = what or publication.message[:60]
         return f"{self._prefix(publication.at, publication.topic)}published {subject}{text}"

@@ -19,6 +19,7 @@ import yaml
 
 from local.activity import Invocation
 from local.functions import function_environment
+from local.invoke import invoke, write_state
 from local.processes import StartupError, live_children
 from local.services import LocalServices
 from local.stack import LocalStack, StackOptions
@@ -145,6 +146,28 @@ def test_an_order_is_confirmed_through_the_whole_saga(local_stack: LocalStack) -
 
     assert status == "CONFIRMED"
     assert len([p for p in local_stack.activity.publications(topic) if order_id in p.message]) == 1
+
+
+def test_make_invoke_runs_a_function_against_the_running_stack(
+    local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    order_id, _ = create_order(local_stack)
+    event = load_event("api_get_order.json")
+    event["pathParameters"] = {"orderId": order_id}
+    event["path"] = f"/orders/{order_id}"
+    event_file = tmp_path / "event.json"
+    event_file.write_text(json.dumps(event))
+    state_file = tmp_path / "stack.json"
+    write_state(local_stack, state_file)
+
+    code = invoke("OrdersApiFunction", event_file, state_file)
+
+    printed = capsys.readouterr()
+    response = json.loads(printed.out)
+    assert code == 0
+    assert "against the running local stack" in printed.err
+    assert response["statusCode"] == 200
+    assert json.loads(response["body"])["orderId"] == order_id, "it sees the running stack's data"
 
 
 # --- DynamoDB stream mapping --------------------------------------------------------------------------
