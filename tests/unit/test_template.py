@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -103,6 +104,13 @@ def test_resources_are_the_ones_the_readme_lists(template: Template):
 def test_outputs_are_the_ones_the_readme_lists(template: Template):
     documented = {ticked(row[0])[0] for row in readme_table("outputs")}
     assert documented == set(template.data["Outputs"])
+
+
+def test_parameters_are_the_ones_the_readme_lists(template: Template):
+    block = README.split("Template parameters:")[1].split("\n\n")[1]
+    rows = [line for line in block.splitlines() if line.startswith("|")][2:]
+    documented = {name for row in rows for name in ticked(row.split("|")[1])}
+    assert documented == set(template.data["Parameters"])
 
 
 def test_each_function_is_granted_exactly_what_the_readme_lists(template: Template):
@@ -402,3 +410,161 @@ def test_every_sample_event_is_used_by_a_test():
     sources = "\n".join(path.read_text() for path in (ROOT / "tests").rglob("*.py"))
     unused = [p.name for p in sorted((ROOT / "events").glob("*.json")) if p.name not in sources]
     assert unused == []
+
+
+# --- alarms, their topic and the dashboard -------------------------------------------------------------
+def alarms(template: Template) -> dict[str, dict[str, Any]]:
+    return {name: r["Properties"] for name, r in template.of_type("AWS::CloudWatch::Alarm").items()}
+
+
+def alarms_on(template: Template, namespace: str, metric: str) -> dict[str, dict[str, Any]]:
+    """Alarms on one metric, keyed by their single dimension's (raw) value."""
+    found: dict[str, dict[str, Any]] = {}
+    for props in alarms(template).values():
+        if (props["Namespace"], props["MetricName"]) == (namespace, metric):
+            [dimension] = props["Dimensions"]
+            found[resource_name(dimension["Value"])] = props
+    return found
+
+
+def dead_letter_queues(template: Template) -> set[str]:
+    queues = {"RelayDeadLetterQueue"}
+    for props in (template.resources[q]["Properties"] for q in template.of_type("AWS::SQS::Queue")):
+        if "RedrivePolicy" in props:
+            queues.add(resource_name(props["RedrivePolicy"]["deadLetterTargetArn"]))
+    return queues
+
+
+def consumer_queues(template: Template) -> set[str]:
+    return {q for q, r in template.of_type("AWS::SQS::Queue").items() if "RedrivePolicy" in r["Properties"]}
+
+
+def test_every_alarm_notifies_the_alarm_topic_and_carries_the_stack_name(template: Template):
+    assert len(alarms(template)) == 19
+    for name, props in alarms(template).items():
+        assert props["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
+        assert props["OKActions"] == [{"Ref": "AlarmTopic"}], name
+        assert props["TreatMissingData"] == "notBreaching", name
+        # the topic policy admits alarms named <stack>-*, and the runbook is named in the description
+        assert props["AlarmName"]["Fn::Sub"].startswith("${AWS::StackName}-"), name
+        assert "README Operations" in props["AlarmDescription"], name
+
+
+def test_any_message_in_a_dead_letter_queue_alarms(template: Template):
+    on_depth = alarms_on(template, "AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    assert set(on_depth) == {f"{q}.QueueName" for q in dead_letter_queues(template)}
+    for props in on_depth.values():
+        assert (props["Statistic"], props["ComparisonOperator"], props["Threshold"]) == (
+            "Maximum",
+            "GreaterThanThreshold",
+            0,
+        )
+
+
+def test_each_consumer_queues_oldest_message_age_alarms(template: Template):
+    on_age = alarms_on(template, "AWS/SQS", "ApproximateAgeOfOldestMessage")
+    assert set(on_age) == {f"{q}.QueueName" for q in consumer_queues(template)}
+    for props in on_age.values():
+        assert props["Threshold"] == {"Ref": "ConsumerQueueAgeThresholdSeconds"}
+
+
+def test_each_function_has_error_and_throttle_alarms(template: Template):
+    for metric in ("Errors", "Throttles"):
+        on_metric = alarms_on(template, "AWS/Lambda", metric)
+        assert set(on_metric) == set(template.functions()), metric
+        for props in on_metric.values():
+            assert (props["Statistic"], props["Threshold"]) == ("Sum", 0)
+
+
+def test_relay_iterator_age_alarms_above_the_threshold_parameter(template: Template):
+    # IteratorAge is published per function (both stream mappings feed one relay), so one alarm on its
+    # Maximum covers both streams.
+    stream_readers = {
+        name
+        for name, spec in template.functions().items()
+        if any(e["Type"] == "DynamoDB" for e in spec.events.values())
+    }
+    on_age = alarms_on(template, "AWS/Lambda", "IteratorAge")
+    assert set(on_age) == stream_readers == {"OutboxRelayFunction"}
+    props = on_age["OutboxRelayFunction"]
+    assert props["Statistic"] == "Maximum"
+    assert props["Threshold"] == {"Ref": "RelayIteratorAgeThresholdMs"}
+
+
+def test_api_5xx_rate_alarm_watches_the_apis_stage(template: Template):
+    [props] = [p for p in alarms(template).values() if p["MetricName"] == "5XXError"]
+    dimensions = {d["Name"]: template.resolve(d["Value"]) for d in props["Dimensions"]}
+    assert dimensions == {"ApiName": template.properties("OrdersApi")["Name"], "Stage": "dev"}
+    assert props["Statistic"] == "Average"  # the share of requests answered 5xx
+    assert props["Threshold"] == {"Ref": "ApiServerErrorRateThreshold"}
+
+
+def test_alarm_topic_uses_a_key_cloudwatch_may_use_and_only_this_stacks_alarms_publish(template: Template):
+    assert template.resources["AlarmTopic"]["Properties"]["KmsMasterKeyId"] == {"Ref": "AlarmTopicKey"}
+    key = template.resources["AlarmTopicKey"]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    [cloudwatch] = [
+        s for s in key["KeyPolicy"]["Statement"] if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert set(cloudwatch["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    [publish] = template.resources["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert publish["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert publish["Action"] == "sns:Publish"
+    assert template.resolve(publish["Condition"]["ArnLike"]["aws:SourceArn"]).endswith(":alarm:local-*")
+
+
+def test_alarm_email_is_subscribed_only_when_given(template: Template):
+    subscription = template.resources["AlarmEmailSubscription"]
+    assert subscription["Condition"] == "HasAlarmEmail"
+    assert template.conditions["HasAlarmEmail"] is False
+    given = Template(template.data, {"AlarmEmail": "oncall@example.com"})
+    assert given.conditions["HasAlarmEmail"] is True
+    assert given.properties("AlarmEmailSubscription")["Endpoint"] == "oncall@example.com"
+
+
+def emitted_metrics() -> set[str]:
+    """Names of the EMF metrics the code emits (an f-string name counts by its fixed prefix)."""
+    sources = [*(ROOT / "layers/shared/shop").glob("*.py"), *(ROOT / "functions").glob("*/app.py")]
+    text = "\n".join(path.read_text() for path in sources)
+    return set(re.findall(r'add_metric\(\s*name=f?"([A-Za-z]+)', text))
+
+
+def test_metrics_namespace_is_a_parameter_shared_by_functions_and_dashboard(template: Template):
+    namespace = template.data["Globals"]["Function"]["Environment"]["Variables"][
+        "POWERTOOLS_METRICS_NAMESPACE"
+    ]
+    assert namespace == {"Fn::Sub": "${MetricsNamespace}-${Stage}"}
+    assert (
+        "${MetricsNamespace}-${Stage}"
+        in template.resources["OperationsDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    )
+
+
+def test_dashboard_shows_every_alarm_queue_function_and_saga_metric(template: Template):
+    body = json.loads(template.properties("OperationsDashboard")["DashboardBody"])
+    widgets = body["widgets"]
+    [alarm_widget] = [w for w in widgets if w["type"] == "alarm"]
+    assert set(alarm_widget["properties"]["alarms"]) == {template.arn(a) for a in alarms(template)}
+
+    namespace = template.function("OrdersApiFunction").environment["POWERTOOLS_METRICS_NAMESPACE"]
+    metrics = [m for w in widgets if w["type"] == "metric" for m in w["properties"]["metrics"]]
+    plotted = {(m[0], m[1]) for m in metrics if isinstance(m[0], str)}
+    expressions = " ".join(m[0]["expression"] for m in metrics if isinstance(m[0], dict))
+    dimension_values = {v for m in metrics if isinstance(m[0], str) for v in m[3::2] if isinstance(v, str)}
+
+    saga = {"OrdersCreated", "OrdersCancelled", "EventsPublished", "PoisonRecords", "RelayLag"}
+    saga |= {"MessagesFailed", "DuplicatesSkipped"}
+    assert {(namespace, name) for name in saga} <= plotted
+    assert "MetricName=PublishFailed" in expressions  # one series per failure code
+    assert f'"{namespace}"' in expressions
+    # every metric the dashboard reads from the namespace is one the code emits
+    emitted = emitted_metrics()
+    assert {name for ns, name in plotted if ns == namespace} <= emitted
+    assert "PublishFailed" in emitted
+    # queues, dead-letter queues, functions and the API are all on it
+    queue_names = {
+        template.physical_name(q) for q in consumer_queues(template) | dead_letter_queues(template)
+    }
+    assert queue_names <= dimension_values
+    assert {template.physical_name(f) for f in template.functions()} <= dimension_values
+    assert {("AWS/Lambda", "IteratorAge"), ("AWS/ApiGateway", "5XXError")} <= plotted
