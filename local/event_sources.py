@@ -162,6 +162,8 @@ def _queue_source(
 def read_event_sources(template: Template) -> EventSources:
     found = EventSources()
     for function in template.of_type("AWS::Serverless::Function"):
+        if not template.is_created(function):
+            continue
         raw_events = template.resources[function].get("Properties", {}).get("Events", {}) or {}
         for name, event in template.function(function).events.items():
             kind = event.get("Type")
@@ -185,6 +187,8 @@ def read_event_sources(template: Template) -> EventSources:
                 found.not_emulated.append(f"{function}.{name} ({kind} event)")
 
     for logical_id in template.of_type("AWS::Lambda::EventSourceMapping"):
+        if not template.is_created(logical_id):
+            continue
         raw = template.resources[logical_id].get("Properties", {})
         props = template.properties(logical_id)
         target = _ref_target(raw.get("FunctionName"))

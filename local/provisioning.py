@@ -52,7 +52,7 @@ EMULATED_TYPES = {
 
 # Resource types with no local counterpart, and why that is acceptable.
 NOT_EMULATED_TYPES = {
-    "AWS::Logs::LogGroup": "function output goes to the local log folder",
+    "AWS::Logs::LogGroup": "function output goes to the local log files",
     "AWS::SQS::QueuePolicy": "resource policies are not enforced locally",
     "AWS::SNS::TopicPolicy": "resource policies are not enforced locally",
     "AWS::Events::EventBusPolicy": "resource policies are not enforced locally",
@@ -114,13 +114,12 @@ def _integers(document: dict[str, Any]) -> dict[str, Any]:
 
 
 class Provisioner:
-    def __init__(self, template: Template, clients: AwsClients, *, log_dir: Path | None = None) -> None:
+    def __init__(self, template: Template, clients: AwsClients) -> None:
         self.template = template
         self._dynamodb: DynamoDBClient = clients.dynamodb()
         self._sqs: SQSClient = clients.sqs()
         self._sns: SNSClient = clients.sns()
         self._events: EventBridgeClient = clients.events()
-        self._log_dir = log_dir
         self._endpoints = clients.endpoints
         self.report = ProvisioningReport()
         self._report_lock = threading.Lock()
@@ -146,7 +145,8 @@ class Provisioner:
         ) -> None:
             for resource_type, step in steps:
                 for logical_id in self.template.of_type(resource_type):
-                    step(logical_id)
+                    if self.template.is_created(logical_id):
+                        step(logical_id)
             if then is not None:
                 then()
 
@@ -159,15 +159,12 @@ class Provisioner:
         handled = {resource_type for resource_type, _ in dynamodb_steps + moto_steps}
         for logical_id, resource in self.template.resources.items():
             resource_type = resource["Type"]
-            if resource_type in handled:
+            if resource_type in handled or not self.template.is_created(logical_id):
                 continue
             if resource_type in EMULATED_TYPES:
                 self._emulated(logical_id, resource_type, EMULATED_TYPES[resource_type])
             elif resource_type in NOT_EMULATED_TYPES:
-                reason = NOT_EMULATED_TYPES[resource_type]
-                if resource_type == "AWS::Logs::LogGroup" and self._log_dir is not None:
-                    reason = f"function output goes to {self._log_dir}"
-                self._not_emulated(logical_id, resource_type, reason)
+                self._not_emulated(logical_id, resource_type, NOT_EMULATED_TYPES[resource_type])
             else:
                 self._not_emulated(logical_id, resource_type, "resource type unknown to the local stack")
         return self.report
@@ -360,7 +357,7 @@ class Provisioner:
             self._not_emulated(
                 logical_id,
                 "AWS::SNS::Subscription",
-                f"{protocol} to {endpoint} is not delivered locally; read the topic's capture queue",
+                f"{protocol} to {endpoint!r} is not delivered locally; read the topic's capture queue",
             )
             return
         attributes: dict[str, str] = {

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from local.activity import ActivityLog, Invocation
 from local.api import ApiServer, RouteTable
+from local.checkpoints import CheckpointStore
 from local.console import Console
 from local.destinations import FailureDestinations
 from local.event_sources import IMPLICIT_API, EventSources, read_event_sources
@@ -130,7 +131,7 @@ class LocalStack:
             inits = pool.submit(self._start_functions)
             if self._owns_services:
                 self.services.wait_ready()
-            provisioner = Provisioner(self.template, self.clients, log_dir=self.options.log_dir)
+            provisioner = Provisioner(self.template, self.clients)
             self.report.provisioning = provisioner.provision(self.options.seed_file)
             inits.result()
         self._queue_urls = {q: provisioner.queue_url(q) for q in self.template.of_type("AWS::SQS::Queue")}
@@ -175,6 +176,8 @@ class LocalStack:
     def _create_functions(self) -> None:
         specs = {}
         for logical_id, spec in self.template.functions().items():
+            if not self.template.is_created(logical_id):
+                continue
             if self.options.only_functions is not None and logical_id not in self.options.only_functions:
                 continue
             if not spec.runtime.startswith("python3"):
@@ -228,6 +231,11 @@ class LocalStack:
     def _start_event_sources(self) -> None:
         sqs = self.clients.sqs()
         destinations = FailureDestinations(self.clients.sqs(), self.clients.sns())
+        checkpoints = (
+            CheckpointStore(self.options.data_dir / "stream-checkpoints.json")
+            if self.services.persistent
+            else None
+        )
         for stream in self.sources.streams:
             if not stream.enabled or stream.function not in self.functions:
                 continue
@@ -241,6 +249,7 @@ class LocalStack:
                     self.clients.streams(),
                     destinations,
                     self.activity,
+                    checkpoints,
                 )
             )
         for queue in self.sources.queues:

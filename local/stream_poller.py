@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from local.activity import ActivityLog, Invocation
+from local.checkpoints import CheckpointStore
 from local.destinations import FailureDestinations, UnsupportedDestination
 from local.event_sources import StreamSource
 from local.functions import FunctionRuntime, InvocationResult
@@ -135,8 +136,10 @@ class StreamPoller:
         streams: DynamoDBStreamsClient,
         destinations: FailureDestinations,
         activity: ActivityLog,
+        checkpoints: CheckpointStore | None = None,
     ) -> None:
         self.source = source
+        self._checkpoints = checkpoints
         self._function = function
         self._stream_arn = stream_arn
         self._table_name = table_name
@@ -216,11 +219,27 @@ class StreamPoller:
             # LATEST is read as "skip what is there now", so the position is always a sequence number
             # and a renewed iterator (see _fetch) cannot jump back before the mapping's start.
             state = _Shard(shard_id=shard_id, parent_id=shard.get("ParentShardId"), skipping=latest)
-            state.iterator = self._streams.get_shard_iterator(
-                StreamArn=self._stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-            )["ShardIterator"]
+            saved = self._checkpoints.get(self._checkpoint_key(shard_id)) if self._checkpoints else None
+            if saved is not None:
+                state.skipping, state.last_sequence = False, saved
+                state.iterator = self._renewed_iterator(state)
+            else:
+                state.iterator = self._streams.get_shard_iterator(
+                    StreamArn=self._stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
             self._shards[shard_id] = state
         self._first_discovery = False
+
+    def _checkpoint_key(self, shard_id: str) -> str:
+        return f"{self.source.label}|{self._stream_arn}|{shard_id}"
+
+    def _done_with(self, shard: _Shard, count: int) -> None:
+        """The first `count` pending records are finished for good (processed or discarded)."""
+        if count and self._checkpoints is not None:
+            self._checkpoints.put(
+                self._checkpoint_key(shard.shard_id), shard.pending[count - 1].sequence_number
+            )
+        del shard.pending[:count]
 
     def _parent_done(self, shard: _Shard) -> bool:
         parent = shard.parent_id
@@ -323,14 +342,14 @@ class StreamPoller:
         self, shard: _Shard, batch: list[_Pending], result: InvocationResult, outcome: _Outcome
     ) -> None:
         if outcome.succeeded == len(batch):
-            del shard.pending[: len(batch)]
+            self._done_with(shard, len(batch))
             if shard.planned:
                 shard.planned.pop(0)
             shard.attempts = 0
             return
         if outcome.succeeded:
             # Checkpoint: everything before the lowest failed record is done for good.
-            del shard.pending[: outcome.succeeded]
+            self._done_with(shard, outcome.succeeded)
             shard.attempts = 0
         remaining = len(batch) - outcome.succeeded
         if shard.planned:
@@ -344,7 +363,7 @@ class StreamPoller:
         retries = self.source.maximum_retry_attempts
         if retries >= 0 and shard.attempts > retries:
             failed = shard.pending[:remaining]
-            del shard.pending[:remaining]
+            self._done_with(shard, remaining)
             self._send_to_destination(
                 shard, failed, "RetryAttemptsExhausted", shard.attempts, result, outcome.function_error
             )
@@ -364,7 +383,7 @@ class StreamPoller:
         if not count:
             return False
         expired = shard.pending[:count]
-        del shard.pending[:count]
+        self._done_with(shard, count)
         shard.planned.clear()
         self._send_to_destination(shard, expired, "RecordAgeExceeded", shard.attempts, None, False)
         shard.attempts = 0

@@ -76,12 +76,14 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
         lines.append(f"  created       {line.logical_id:<{width}}  {dim(line.detail)}")
     for line in provisioning.emulated:
         lines.append(f"  emulated      {line.logical_id:<{width}}  {dim(line.detail)}")
+    # Grouped by type and reason: templates have many alarms, roles and log groups.
+    groups: dict[tuple[str, str], list[str]] = {}
     for line in provisioning.not_emulated:
-        lines.append(
-            console.paint(
-                f"  not emulated locally: {line.logical_id} ({line.resource_type}): {line.detail}", _YELLOW
-            )
-        )
+        groups.setdefault((line.resource_type, line.detail), []).append(line.logical_id)
+    if groups:
+        lines.append(console.paint("  not emulated locally:", _YELLOW))
+    for (resource_type, reason), logical_ids in groups.items():
+        lines.append(console.paint(f"    {resource_type} ({reason}): {', '.join(logical_ids)}", _YELLOW))
     for note in report.functions_not_emulated:
         lines.append(console.paint(f"  not emulated locally: {note}", _YELLOW))
     for logical_id, count in provisioning.seeded.items():

@@ -280,6 +280,11 @@ class Template:
             external_layers=external_layers,
         )
 
+    def is_created(self, logical_id: str) -> bool:
+        """False when the resource's Condition is false (CloudFormation would not create it)."""
+        condition = self.resources[logical_id].get("Condition")
+        return condition is None or self.conditions[condition]
+
     def outputs(self) -> dict[str, str]:
         """The stack outputs as they would read for the local stack (OutputKey → value)."""
         return {
