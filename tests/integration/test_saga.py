@@ -1,0 +1,153 @@
+"""The order saga end to end through the local stack: HTTP API, real DynamoDB Local streams, the relay,
+the bus, the queues and the three consumers, exactly as `make local` runs them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+
+import shop.aws
+import shop.config
+from local.stack import LocalStack
+from shop.inventory_repository import DynamoInventoryRepository
+
+SAGA_SECONDS = 20.0  # a bound on waiting, not a speed target (make bench measures latency)
+
+
+@pytest.fixture
+def inventory(
+    local_stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[DynamoInventoryRepository]:
+    """The stack's inventory table through the domain repository (stock is seeded per test)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local_stack.endpoints.dynamodb)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("INVENTORY_TABLE_NAME", local_stack.template.physical_name("InventoryTable"))
+    shop.config.get_settings.cache_clear()
+    shop.aws.reset_clients()
+    yield DynamoInventoryRepository(shop.config.Settings.from_env())
+    shop.aws.reset_clients()
+
+
+@pytest.fixture
+def sku(inventory: DynamoInventoryRepository) -> Callable[[int], str]:
+    """A fresh SKU with the given stock, so tests sharing the stack never share stock."""
+
+    def make(available: int) -> str:
+        name = f"SKU-IT-{uuid.uuid4().hex[:10]}"
+        inventory.set_stock(name, available)
+        return name
+
+    return make
+
+
+def place(stack: LocalStack, lines: list[tuple[str, int]]) -> dict[str, Any]:
+    response = requests.post(
+        f"{stack.api_url}/orders",
+        json={
+            "customerId": "c-it",
+            "currency": "USD",
+            "items": [{"sku": s, "quantity": q, "unitPrice": 500} for s, q in lines],
+        },
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    order: dict[str, Any] = response.json()
+    return order
+
+
+def status_becomes(stack: LocalStack, order_id: str, status: str) -> dict[str, Any]:
+    def current() -> dict[str, Any] | None:
+        order = requests.get(f"{stack.api_url}/orders/{order_id}", timeout=10).json()
+        return order if order["status"] == status else None
+
+    return stack.wait_for(current, SAGA_SECONDS, f"order {order_id} {status}")
+
+
+def notifications(stack: LocalStack, order_id: str) -> list[dict[str, Any]]:
+    messages = [json.loads(p.message) for p in stack.activity.publications()]
+    return [m for m in messages if m.get("orderId") == order_id]
+
+
+def notified(stack: LocalStack, order_id: str, event_type: str) -> list[dict[str, Any]]:
+    return stack.wait_for(
+        lambda: [m for m in notifications(stack, order_id) if m["type"] == event_type],
+        SAGA_SECONDS,
+        f"{event_type} notification for {order_id}",
+    )
+
+
+def test_an_order_with_stock_is_confirmed_and_notified_once(local_stack: LocalStack, inventory, sku):
+    mug, pen = sku(10), sku(3)
+
+    order = place(local_stack, [(mug, 2), (pen, 3)])
+
+    assert status_becomes(local_stack, order["orderId"], "CONFIRMED")["version"] == 2
+    assert (inventory.available(mug), inventory.available(pen)) == (8, 0)
+    notified(local_stack, order["orderId"], "OrderConfirmed")
+    # every event of the saga has gone through: nothing more for this order can arrive
+    assert [m["type"] for m in notifications(local_stack, order["orderId"])] == ["OrderConfirmed"]
+
+
+def test_an_order_for_missing_stock_is_rejected_and_nothing_is_reserved(
+    local_stack: LocalStack, inventory, sku
+):
+    plenty, scarce = sku(10), sku(1)
+
+    order = place(local_stack, [(plenty, 1), (scarce, 2)])
+
+    status_becomes(local_stack, order["orderId"], "REJECTED")
+    assert (inventory.available(plenty), inventory.available(scarce)) == (10, 1)
+    assert len(notified(local_stack, order["orderId"], "OrderRejected")) == 1
+
+
+def test_a_cancelled_order_gets_its_stock_back_and_the_customer_is_told(
+    local_stack: LocalStack, inventory, sku
+):
+    mug = sku(5)
+    order = place(local_stack, [(mug, 4)])
+    status_becomes(local_stack, order["orderId"], "CONFIRMED")
+
+    response = requests.post(f"{local_stack.api_url}/orders/{order['orderId']}/cancel", timeout=10)
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "CANCELLED"
+    local_stack.wait_for(lambda: inventory.available(mug) == 5, SAGA_SECONDS, "stock released")
+    assert len(notified(local_stack, order["orderId"], "OrderCancelled")) == 1
+    assert len(notified(local_stack, order["orderId"], "OrderConfirmed")) == 1
+
+
+def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(local_stack: LocalStack, sku):
+    correlation = f"corr-it-{uuid.uuid4().hex[:8]}"
+    response = requests.post(
+        f"{local_stack.api_url}/orders",
+        json={
+            "customerId": "c-it",
+            "currency": "USD",
+            "items": [{"sku": sku(2), "quantity": 1, "unitPrice": 1}],
+        },
+        headers={"X-Correlation-Id": correlation},
+        timeout=10,
+    )
+    order_id = response.json()["orderId"]
+
+    def handled() -> list[tuple[str, dict[str, Any]]] | None:
+        seen = [
+            (invocation.function, json.loads(record["body"])["detail"])
+            for invocation in local_stack.activity.invocations()
+            if invocation.trigger == "sqs"
+            for record in invocation.records
+            if json.loads(record["body"]).get("detail", {}).get("subject") == order_id
+        ]
+        consumers = {"InventoryFunction", "OrderStatusFunction", "NotificationFunction"}
+        return seen if {function for function, _ in seen} == consumers else None
+
+    events = local_stack.wait_for(handled, SAGA_SECONDS, "every consumer handled the saga")
+    assert {event["correlationid"] for _, event in events} == {correlation}
