@@ -15,7 +15,18 @@ export PYTHONDONTWRITEBYTECODE := 1
 FUNCTIONS := $(wildcard functions/*)
 PYTEST    := $(BIN)/pytest
 
-.PHONY: help install lint build test test-unit test-integration test-e2e deploy local invoke clean
+# Scanners get their own venv: checkov's boto3 pin conflicts with aws-sam-cli's (requirements-scan.txt).
+SCAN_VENV  := .venv-scan
+SCAN_BIN   := $(abspath $(SCAN_VENV))/bin
+SCAN_STAMP := $(SCAN_VENV)/.installed
+CHECKOV    := $(SCAN_BIN)/checkov --file template.yaml --framework cloudformation --skip-download --compact --quiet
+# What the functions ship: the shared layer and each function's own requirements.
+AUDITED    := layers/shared/requirements.txt $(wildcard functions/*/requirements.txt)
+# pypi (PyPI's per-version JSON API) or osv (api.osv.dev). To accept a finding, add
+# --ignore-vuln <ID> here with a comment saying why it does not apply.
+AUDIT_ARGS := --vulnerability-service $(or $(AUDIT_SERVICE),pypi)
+
+.PHONY: help install lint scan audit build test test-unit test-integration test-e2e deploy local invoke clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -31,15 +42,36 @@ $(NODE_STAMP): local/package.json local/package-lock.json
 	cd local && npm ci --silent --no-audit --no-fund
 	@touch $@
 
+$(SCAN_STAMP): requirements-scan.txt scripts/find-python313
+	@py=$$(scripts/find-python313); echo "creating $(SCAN_VENV) with $$py"; \
+	  rm -rf $(SCAN_VENV); "$$py" -m venv $(SCAN_VENV)
+	$(SCAN_BIN)/pip install --quiet --disable-pip-version-check -r requirements-scan.txt
+	@touch $@
+
 install: $(STAMP) $(NODE_STAMP) ## create .venv (python3.13) and install pinned dev deps and DynamoDB Local
 
-lint: $(STAMP) ## ruff, mypy, cfn-lint, sam validate --lint
+lint: $(STAMP) $(SCAN_STAMP) ## ruff, mypy, cfn-lint, sam validate --lint, checkov
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy layers/shared/shop local tests
 	@for f in $(FUNCTIONS); do echo "mypy $$f"; MYPYPATH=layers/shared:$$f $(BIN)/mypy $$f/app.py; done
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/sam validate --lint --template template.yaml
+	$(CHECKOV)
+
+scan: $(SCAN_STAMP) ## checkov on template.yaml: no failed check; every suppression is inline, with its reason
+	$(CHECKOV)
+
+# Not part of lint: it needs vulnerability data from PyPI's per-version JSON API or from OSV, and
+# fails (never skips) when it cannot get it. --strict turns "could not audit" into a failure.
+audit: $(SCAN_STAMP) ## pip-audit of the shared layer and function requirements (needs PyPI JSON API or OSV)
+	@for r in $(AUDITED); do \
+	  echo "pip-audit $(AUDIT_ARGS) -r $$r"; \
+	  $(SCAN_BIN)/pip-audit --strict --progress-spinner off $(AUDIT_ARGS) -r "$$r" || { \
+	    echo "error: $$r failed the audit: a known vulnerability (listed above), or no vulnerability data"; \
+	    echo "  (\"Dependency not found on PyPI\" means https://pypi.org/pypi/<name>/<version>/json is"; \
+	    echo "  unreachable from here; try AUDIT_SERVICE=osv where api.osv.dev is reachable)"; exit 1; }; \
+	done
 
 build: $(STAMP) ## sam build (no Docker)
 	$(BIN)/sam build --template template.yaml --cached --parallel
@@ -66,7 +98,7 @@ invoke: $(STAMP) $(NODE_STAMP) ## run one function: make invoke FUNCTION=<Logica
 	@test -n "$(FUNCTION)" -a -n "$(EVENT)" || { echo "usage: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json"; exit 2; }
 	$(BIN)/python -m local invoke "$(FUNCTION)" "$(EVENT)"
 
-clean: ## remove build output and caches (keeps .venv)
+clean: ## remove build output and caches (keeps .venv and .venv-scan)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
 
 # --- operations (see README "Redrive and replay") -----------------------------------------------------
@@ -81,3 +113,8 @@ replay: $(STAMP) ## republish outbox events (STACK=, FROM= TO= or EVENT_ID=)
 
 seed: $(STAMP) ## set stock levels from local/seed.json (STACK=<stack name>)
 	$(ADMIN) seed --file local/seed.json
+
+# --- benchmarks (README "Performance") ----------------------------------------------------------------
+.PHONY: bench
+bench: $(STAMP) $(NODE_STAMP) ## relay efficiency, latency, cold start and write cost -> .bench/latest.json
+	PYTHONPATH=layers/shared $(BIN)/python -m bench
