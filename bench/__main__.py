@@ -128,10 +128,15 @@ def main() -> int:
     host_build = build_for_host(OUT_DIR / "host-build")
     results["cold_start"] = cold_start.run(host_build, OUT_DIR / "cold-start", _env_int("BENCH_SAMPLES", 7))
 
+    results["cost_per_million_orders"] = {
+        relay: cost_model.cost_per_million_orders(results, relay) for relay in ("ours", "baseline")
+    }
     results["targets"] = {name: bool(check(results)) for name, check in TARGETS.items()}
     results["seconds"] = time.monotonic() - began
     (OUT_DIR / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
     print(render(results))
+    print()
+    print(cost_model.render(results))
     return 0
 
 
