@@ -25,7 +25,7 @@ from local.template import ROOT
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 
-from bench import cold_start, latency, relay_efficiency, write_cost
+from bench import cold_start, cost_model, latency, relay_efficiency, write_cost
 from shop import aws, config
 from shop.inventory_repository import DynamoInventoryRepository
 
