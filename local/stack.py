@@ -239,13 +239,11 @@ class LocalStack:
         for stream in self.sources.streams:
             if not stream.enabled or stream.function not in self.functions:
                 continue
-            table_name = self.template.physical_name(stream.table)
             self._pollers.append(
                 StreamPoller(
                     stream,
                     self.functions[stream.function],
                     self.stream_arn(stream.table),
-                    table_name,
                     self.clients.streams(),
                     destinations,
                     self.activity,

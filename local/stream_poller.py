@@ -132,7 +132,6 @@ class StreamPoller:
         source: StreamSource,
         function: FunctionRuntime,
         stream_arn: str,
-        table_name: str,
         streams: DynamoDBStreamsClient,
         destinations: FailureDestinations,
         activity: ActivityLog,
@@ -142,7 +141,6 @@ class StreamPoller:
         self._checkpoints = checkpoints
         self._function = function
         self._stream_arn = stream_arn
-        self._table_name = table_name
         self._streams = streams
         self._reader = _RawRecordsReader(streams)
         self._destinations = destinations

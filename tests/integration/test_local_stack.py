@@ -29,7 +29,6 @@ from tests.integration.conftest import probe_template_data, start_stack, stop_st
 from tests.support import load_event
 
 HTTP_TIMEOUT = 10
-SAGA_SECONDS = 20
 STREAM_SECONDS = 15
 TTL_SECONDS = 30
 
@@ -127,25 +126,6 @@ def test_the_api_serves_the_handlers_responses_over_http(local_stack: LocalStack
     assert event["requestContext"]["stage"] == "dev"
     assert event["requestContext"]["resourcePath"] == "/orders/{orderId}"
     assert set(load_event("api_get_order.json")) <= set(event), "the proxy event has every key of a real one"
-
-
-def test_an_order_is_confirmed_through_the_whole_saga(local_stack: LocalStack) -> None:
-    order_id, location = create_order(local_stack)
-
-    def settled() -> str | None:
-        status = requests.get(f"{local_stack.api_url}{location}", timeout=HTTP_TIMEOUT).json()["status"]
-        return None if status == "PENDING" else str(status)
-
-    status = local_stack.wait_for(settled, SAGA_SECONDS, "the order leaving PENDING")
-    topic = next(iter(local_stack.template.of_type("AWS::SNS::Topic")))
-    local_stack.wait_for(
-        lambda: [p for p in local_stack.activity.publications(topic) if order_id in p.message],
-        SAGA_SECONDS,
-        "the customer notification",
-    )
-
-    assert status == "CONFIRMED"
-    assert len([p for p in local_stack.activity.publications(topic) if order_id in p.message]) == 1
 
 
 def test_make_invoke_runs_a_function_against_the_running_stack(
