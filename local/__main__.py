@@ -5,6 +5,7 @@ Settings come from the environment, as the Makefile passes them:
     PERSIST=1          keep DynamoDB data in .local-data/dynamodb between runs
     DYNAMODB_PORT, MOTO_PORT   fixed service ports (default: any free port)
     LOGS=1             also print the functions' own log lines
+    FRESH_WORKERS=1    start each function in a fresh interpreter instead of forking the fork server
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def _options() -> StackOptions:
         moto_port=_env_int("MOTO_PORT", 0),
         persist=os.environ.get("PERSIST", "") not in {"", "0"},
         echo_function_logs=os.environ.get("LOGS", "") not in {"", "0"},
+        fork_server=os.environ.get("FRESH_WORKERS", "") in {"", "0"},
     )
 
 

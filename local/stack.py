@@ -50,6 +50,9 @@ class StackOptions:
     echo_function_logs: bool = False
     serve: bool = True  # False: resources and functions only (no pollers, no API), e.g. for one invoke
     only_functions: frozenset[str] | None = None  # start only these functions' environments
+    # Fork function workers from one process that imported the shared packages (fast start-up);
+    # False starts each in a fresh interpreter.
+    fork_server: bool = True
 
     @property
     def log_dir(self) -> Path:
@@ -195,7 +198,7 @@ class LocalStack:
             for logical_id, spec in specs.items()
         }
         launcher: Launcher | None = None
-        if len(specs) > 1:
+        if self.options.fork_server and len(specs) > 1:
             # Shared packages are imported once, with the environment all functions have in common;
             # LAMBDA_TASK_ROOT only marks "in Lambda" for packages that look at it on import.
             shared = shared_environment(list(environments.values()))
