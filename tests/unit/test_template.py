@@ -584,3 +584,18 @@ def test_every_checkov_suppression_is_inline_with_its_reason(template: Template)
     assert "--skip-check" not in makefile
     assert "--soft-fail" not in makefile
     assert skipped, "no suppression found: is the Metadata still read?"
+
+
+def test_every_alarm_has_a_runbook_entry_in_the_readme(template: Template):
+    documented = {ticked(alarm)[0]: (ticked(name)[0], link) for alarm, name, link in readme_table("alarms")}
+    names = {
+        a: p["AlarmName"]["Fn::Sub"].removeprefix("${AWS::StackName}-") for a, p in alarms(template).items()
+    }
+    assert {alarm: name for alarm, (name, _) in documented.items()} == names
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^#{2,4} (.+)$", README, re.M)
+    }
+    for alarm, (_, link) in documented.items():
+        [anchor] = re.findall(r"\]\(#([a-z0-9-]+)\)", link)
+        assert anchor in headings, f"{alarm}: no README section #{anchor}"
