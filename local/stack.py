@@ -53,6 +53,8 @@ class StackOptions:
     # Fork function workers from one process that imported the shared packages (fast start-up);
     # False starts each in a fresh interpreter.
     fork_server: bool = True
+    # Added to every function's environment (harnesses: e.g. LOCAL_WORKER_PRELOAD for fault injection).
+    function_environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> Path:
@@ -194,7 +196,10 @@ class LocalStack:
                 )
             specs[logical_id] = spec
         environments = {
-            logical_id: function_environment(spec, self.template.physical_name(logical_id), self.endpoints)
+            logical_id: {
+                **function_environment(spec, self.template.physical_name(logical_id), self.endpoints),
+                **self.options.function_environment,
+            }
             for logical_id, spec in specs.items()
         }
         launcher: Launcher | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import decimal
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -56,6 +57,21 @@ def _exit_with_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _preload_harness_modules() -> None:
+    """Run the modules a test harness names in LOCAL_WORKER_PRELOAD (file paths, comma-separated).
+
+    The seam for fault injection: a harness wraps the SDK inside the function's process without any
+    branch in the function's code. Loaded before the import path is narrowed to the function's own.
+    """
+    for path in filter(None, os.environ.get("LOCAL_WORKER_PRELOAD", "").split(",")):
+        spec = importlib.util.spec_from_file_location(f"_preload_{Path(path).stem}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"LOCAL_WORKER_PRELOAD: cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
 
 
 def _isolate_import_path(code_dir: Path, layer_dirs: list[Path]) -> None:
@@ -136,6 +152,7 @@ def serve(config: dict[str, Any], request_fd: int, response_fd: int) -> None:
     # Pipes are block-buffered by default; line buffering keeps the log view live.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    _preload_harness_modules()
     _isolate_import_path(Path(config["code_dir"]), [Path(d) for d in config["layer_dirs"]])
 
     started = time.monotonic()
