@@ -6,13 +6,11 @@ import copy
 import importlib.util
 import json
 import sys
-import time
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from local.context import LambdaContext
 from local.template import ROOT, FunctionSpec
 
 EVENTS_DIR = ROOT / "events"
@@ -52,30 +50,6 @@ def clear_module_caches(module: ModuleType) -> None:
             value.cache_clear()
 
 
-@dataclass
-class LambdaContext:
-    """The attributes of the Lambda context object the handlers and Powertools use."""
-
-    function_name: str = "local-function"
-    timeout_seconds: float = 10.0
-    memory_limit_in_mb: int = 512
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    function_version: str = "$LATEST"
-    log_group_name: str = "/local"
-    log_stream_name: str = "local"
-    _deadline: float = 0.0
-
-    def __post_init__(self) -> None:
-        self._deadline = time.monotonic() + self.timeout_seconds
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
-
-
 def read_root_file(relative: str) -> str:
     return (ROOT / relative).read_text()
 
@@ -94,4 +68,4 @@ def header(response: dict[str, Any], name: str) -> str | None:
     return None
 
 
-__all__ = ["ROOT", "Path"]
+__all__ = ["ROOT", "LambdaContext", "Path"]

@@ -233,12 +233,6 @@ def test_a_failed_message_is_logged_with_its_ids_and_no_body(stock, invoke, logs
     assert {text: logs.containing(text) for text in forbidden} == {text: [] for text in forbidden}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shop.consumer appends correlation_id/causation_id per record and never removes them, so a "
-    "message that cannot be parsed is logged under the previous message's saga; fix: remove the keys at "
-    "the start of IdempotentConsumer.handle_record (then drop this marker)",
-)
 def test_a_message_that_cannot_be_parsed_is_not_logged_under_another_sagas_correlation_id(
     stock, invoke, logs
 ):

@@ -74,6 +74,9 @@ def _count_duplicate(response: Any, idempotent_data: DataRecord) -> Any:
     return response
 
 
+_PER_MESSAGE_KEYS = ("correlation_id", "causation_id", "event_type")
+
+
 class IdempotentConsumer:
     """Applies CloudEvents through `effect` at most once per event id."""
 
@@ -103,6 +106,8 @@ class IdempotentConsumer:
         self._apply_once = apply_once
 
     def handle_record(self, record: SQSRecord) -> dict[str, str]:
+        # Each message belongs to its own saga: never log one under the previous message's ids.
+        logger.remove_keys(list(_PER_MESSAGE_KEYS))
         event = cloud_event_from_sqs_body(record.body)
         logger.append_keys(correlation_id=event.correlationid, causation_id=event.id, event_type=event.type)
         result: dict[str, str] = self._apply_once(event=event.to_dict())
