@@ -53,7 +53,7 @@ install: $(STAMP) $(NODE_STAMP) ## create .venv (python3.13) and install pinned 
 lint: $(STAMP) $(SCAN_STAMP) ## ruff, mypy, cfn-lint, sam validate --lint, checkov
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy layers/shared/shop local tests
+	$(BIN)/mypy layers/shared/shop local tests bench scripts
 	@for f in $(FUNCTIONS); do echo "mypy $$f"; MYPYPATH=layers/shared:$$f $(BIN)/mypy $$f/app.py; done
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/sam validate --lint --template template.yaml
