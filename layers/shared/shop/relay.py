@@ -88,6 +88,7 @@ def relay_outbox_changes(
             "publish failed; checkpointing",
             extra={
                 "event_id": failed_entry.event_id,
+                "correlation_id": failed_entry.correlation_id,
                 "sequence_number": failed_change.sequence_number,
                 "failures_by_code": result.failures_by_code,
             },
