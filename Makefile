@@ -53,7 +53,7 @@ install: $(STAMP) $(NODE_STAMP) ## create .venv (python3.13) and install pinned 
 lint: $(STAMP) $(SCAN_STAMP) ## ruff, mypy, cfn-lint, sam validate --lint, checkov
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy layers/shared/shop local tests bench scripts
+	$(BIN)/mypy layers/shared/shop local tests bench scripts chaos
 	@for f in $(FUNCTIONS); do echo "mypy $$f"; MYPYPATH=layers/shared:$$f $(BIN)/mypy $$f/app.py; done
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/sam validate --lint --template template.yaml
@@ -118,3 +118,8 @@ seed: $(STAMP) ## set stock levels from local/seed.json (STACK=<stack name>)
 .PHONY: bench
 bench: $(STAMP) $(NODE_STAMP) ## relay efficiency, latency, cold start and write cost -> .bench/latest.json
 	PYTHONPATH=layers/shared $(BIN)/python -m bench
+
+# --- fault injection (README "Guarantees") ------------------------------------------------------------
+.PHONY: chaos
+chaos: $(STAMP) $(NODE_STAMP) ## faults at every boundary, invariants checked (ORDERS=200 SEED=7) -> .chaos/latest.json
+	PYTHONPATH=layers/shared $(BIN)/python -m chaos

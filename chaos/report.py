@@ -1,0 +1,68 @@
+"""The table a person reads after `make chaos` (the same figures are in .chaos/latest.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _row(label: str, value: Any) -> str:
+    return f"  {label:<44} {value}"
+
+
+def render(report: dict[str, Any]) -> str:
+    summary = report["summary"]
+    timings = report["timings"]
+    events = report["events"]
+    lines = [
+        f"chaos run: seed {report['seed']}, {report['orders_requested']} orders "
+        f"({report['machine']['cores']} cores, load {report['machine']['load_average'][0]:.1f})",
+        "",
+        "orders",
+        *(_row(status, count) for status, count in report["orders"].items()),
+        "events",
+        _row(
+            "outbox events (orders table / inventory table)",
+            f"{events['outbox']} ({events['outbox_orders_table']} / {events['outbox_inventory_table']})",
+        ),
+        _row("distinct events on the bus", events["bus_distinct"]),
+        _row(
+            "puts on the bus (repeats from relay retries)",
+            f"{events['bus_deliveries']} ({events['bus_repeats']})",
+        ),
+        _row("late duplicate deliveries to consumers", events["duplicates_delivered_to_consumers"]),
+        "faults injected",
+        *(_row(kind, count) for kind, count in report["faults"].items()),
+        "client",
+        *(_row(name, count) for name, count in report["client"].items()),
+        "invariants",
+        _row("lost events", summary["lost"]),
+        _row("phantom events", summary["phantom"]),
+        _row("duplicate effects", summary["duplicate_effects"]),
+        _row("stock mismatches", summary["stock_mismatches"]),
+        _row(
+            "notification repeats in the documented window",
+            f"{summary['notification_window_duplicates']} "
+            f"(crashes injected there: {summary['notification_window_crashes_injected']})",
+        ),
+        _row("relay DLQ: poison records", summary["relay_dlq"]),
+        _row("consumer DLQs", summary["consumer_dlqs"]),
+    ]
+    for name, check in report["invariants"].items():
+        mark = "ok  " if check["ok"] else "FAIL"
+        lines.append(f"  [{mark}] {name}: {check['description']}")
+        for example in check["examples"]:
+            lines.append(f"           {example}")
+        if check["violations"] > len(check["examples"]):
+            lines.append(f"           ... {check['violations'] - len(check['examples'])} more")
+    lines += [
+        "time",
+        _row(
+            "start-up / drive / drain / total (s)",
+            f"{timings.get('startup_seconds')} / {timings.get('drive_seconds')} / "
+            f"{timings.get('drain_seconds')} / {timings.get('total_seconds')}",
+        ),
+        _row("drained within the bound", report["drained"]),
+        "",
+        f"result: {'PASS' if report['passed'] else 'FAIL'}   (run directory {report['run_dir']})",
+    ]
+    return "\n".join(lines)
