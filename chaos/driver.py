@@ -37,8 +37,8 @@ class Stock:
 def stock_for(orders: int) -> Stock:
     plenty = tuple(f"SKU-CHAOS-{i}" for i in range(6))
     scarce = tuple(f"SKU-CHAOS-SCARCE-{i}" for i in range(3))
-    # Scarce SKUs hold about half of what is asked of them, so some orders are rejected.
-    initial = {sku: 1_000_000 for sku in plenty} | {sku: max(2, orders // 20) for sku in scarce}
+    # A quarter of the orders ask a scarce SKU for 1-2 units; it holds about a third of that demand.
+    initial = {sku: 1_000_000 for sku in plenty} | {sku: max(1, orders // 40) for sku in scarce}
     return Stock(plenty, scarce, initial)
 
 
@@ -58,7 +58,7 @@ def scripts(orders: int, seed: int, stock: Stock) -> list[OrderScript]:
     for index in range(orders):
         skus = rng.sample(stock.plenty, rng.randint(1, 2))
         items = [{"sku": s, "quantity": rng.randint(1, 3), "unitPrice": rng.randint(1, 5000)} for s in skus]
-        if rng.random() < 0.2:
+        if rng.random() < 0.25:
             items.append({"sku": rng.choice(stock.scarce), "quantity": rng.randint(1, 2), "unitPrice": 999})
         roll = rng.random()
         cancel = "now" if roll < 0.08 else "later" if roll < 0.16 else None
