@@ -7,7 +7,9 @@ no branch for it: without CHAOS_PLAN (or for a function the plan does not name) 
 
 Where faults go (per role of the function):
     api       TransactWriteItems: ThrottlingException or a TransactionConflict cancellation before the
-              call; or the call commits and the worker then sleeps past the client's HTTP timeout.
+              call; or the call commits and the worker then sleeps past the client's HTTP timeout; or a
+              cancel decided on a PENDING order is held (a latency spike) until the order has moved on,
+              then written: a stale write that the version condition must refuse.
     relay     PutEvents: ThrottlingException, an InternalException, a lost response (the call landed,
               then a read timeout), per-entry InternalFailure for some entries (once, or for every
               retry of the invocation so the relay checkpoints), or a crash after the call succeeded.
@@ -43,6 +45,7 @@ from chaos.ledger import Ledger
 from chaos.plan import (
     API,
     API_CONFLICT,
+    API_STALE_CANCEL,
     API_THROTTLE,
     API_TIMEOUT_AFTER_COMMIT,
     CONSUMER,
@@ -71,6 +74,9 @@ ApiCall = Callable[[BaseClient, str, dict[str, Any]], Any]
 _PERSISTENT_FAILURES = 6
 _MAX_FAILED_ENTRIES = 3
 _API_KINDS = (API_THROTTLE, API_CONFLICT, API_TIMEOUT_AFTER_COMMIT)
+# A stale cancel waits at most this long for the order to change under it.
+_STALE_HOLD_SECONDS = 4.0
+_STALE_POLL_SECONDS = 0.05
 _RELAY_KINDS = (
     RELAY_THROTTLE,
     RELAY_CALL_ERROR,
@@ -149,6 +155,18 @@ def _detail_id(body: Any) -> str | None:
     detail = document.get("detail") if isinstance(document, dict) else None
     event_id = detail.get("id") if isinstance(detail, dict) else None
     return event_id if isinstance(event_id, str) else None
+
+
+def _cancel_from_pending(params: dict[str, Any], puts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The order Update of a cancel decided on version 1 (PENDING), None for any other transaction."""
+    if not any(item.get("eventType", {}).get("S") == "OrderCancelled" for item in puts):
+        return None
+    for action in params["TransactItems"]:
+        update = action.get("Update")
+        values = (update or {}).get("ExpressionAttributeValues") or {}
+        if update is not None and values.get(":expected") == {"N": "1"}:
+            return dict(update)
+    return None
 
 
 def _envelope_id(detail: Any) -> str:
@@ -285,7 +303,13 @@ class Injector:
         ]
         # A create is retried under its Idempotency-Key (a new order id each time); a cancel under its event.
         identity = request_keys or event_ids
-        kind = self._pick(_API_KINDS)
+        candidates: tuple[str, ...] = _API_KINDS
+        cancel_from_pending = _cancel_from_pending(params, puts)
+        if cancel_from_pending is not None:
+            candidates = (API_STALE_CANCEL, *_API_KINDS)
+        kind = self._pick(candidates)
+        if kind == API_STALE_CANCEL:
+            identity = [f"stale-cancel:{order_id}" for order_id in order_ids]
         if kind is None or not self._claim(kind, identity):
             return original(client, operation, params)
         details = {"event_ids": event_ids, "order_ids": order_ids}
@@ -303,11 +327,31 @@ class Injector:
                 operation,
                 CancellationReasons=reasons,
             )
+        if kind == API_STALE_CANCEL:
+            assert cancel_from_pending is not None
+            began = time.monotonic()
+            raced = self._hold_until_changed(original, client, cancel_from_pending)
+            held = round(time.monotonic() - began, 2)
+            self._record(kind, operation, raced=raced, held_seconds=held, **details)
+            return original(client, operation, params)
         result = original(client, operation, params)
         pause = self.plan.client_timeout_seconds + 1.0
         self._record(kind, operation, sleep_seconds=pause, **details)
         time.sleep(pause)  # committed; the client gives up first and retries with the same key
         return result
+
+    @staticmethod
+    def _hold_until_changed(original: ApiCall, client: BaseClient, update: dict[str, Any]) -> bool:
+        """Wait until the order's version is no longer the one the cancel was decided on (bounded)."""
+        expected = update["ExpressionAttributeValues"][":expected"]
+        read = {"TableName": update["TableName"], "Key": update["Key"], "ConsistentRead": True}
+        deadline = time.monotonic() + _STALE_HOLD_SECONDS
+        while time.monotonic() < deadline:
+            item = original(client, "GetItem", read).get("Item") or {}
+            if item.get("version") != expected:
+                return True
+            time.sleep(_STALE_POLL_SECONDS)
+        return False
 
     # --- the relay ------------------------------------------------------------------------------
     def _relay(self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]) -> Any:

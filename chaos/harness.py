@@ -27,6 +27,7 @@ from chaos.ledger import Ledger
 from chaos.plan import (
     API,
     API_CONFLICT,
+    API_STALE_CANCEL,
     API_THROTTLE,
     API_TIMEOUT_AFTER_COMMIT,
     CONSUMER,
@@ -109,6 +110,8 @@ def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Pat
             API_THROTTLE: spec(0.03, _cap(n, 30, 100)),
             API_CONFLICT: spec(0.03, _cap(n, 30, 100)),
             API_TIMEOUT_AFTER_COMMIT: spec(0.01, _cap(n, 100, 25)),
+            # Only cancels of PENDING orders are candidates: most of them are held.
+            API_STALE_CANCEL: spec(0.5, _cap(n, 25, 40)),
         },
         RELAY: {
             RELAY_THROTTLE: spec(0.02, _cap(n, 50, 50)),
@@ -453,6 +456,9 @@ class Run:
                 "phantom": by_name["no_phantom_events"].figures["phantom"],
                 "duplicate_effects": effects["duplicate_effects"] + notes["unexplained_duplicates"],
                 "stock_mismatches": effects["stock_mismatches"],
+                "stale_cancels_that_raced_a_change": sum(
+                    1 for e in evidence.ledger if e["kind"] == API_STALE_CANCEL and e.get("raced")
+                ),
                 "notification_window_duplicates": notes["window_duplicates"],
                 "notification_window_crashes_injected": notes["window_crashes_injected"],
                 "relay_dlq": by_name["dead_letters_exact"].figures["relay_dlq_poison_records"],

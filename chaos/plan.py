@@ -21,6 +21,7 @@ API, RELAY, CONSUMER, NOTIFIER = "api", "relay", "consumer", "notifier"
 API_THROTTLE = "api.throttle"
 API_CONFLICT = "api.transaction_conflict"
 API_TIMEOUT_AFTER_COMMIT = "api.timeout_after_commit"
+API_STALE_CANCEL = "api.stale_cancel"
 RELAY_THROTTLE = "relay.throttle"
 RELAY_CALL_ERROR = "relay.call_error"
 RELAY_LOST_RESPONSE = "relay.lost_response"
@@ -41,6 +42,7 @@ WORKER_KINDS = (
     API_THROTTLE,
     API_CONFLICT,
     API_TIMEOUT_AFTER_COMMIT,
+    API_STALE_CANCEL,
     RELAY_THROTTLE,
     RELAY_CALL_ERROR,
     RELAY_LOST_RESPONSE,

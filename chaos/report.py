@@ -32,6 +32,10 @@ def render(report: dict[str, Any]) -> str:
         _row("late duplicate deliveries to consumers", events["duplicates_delivered_to_consumers"]),
         "faults injected",
         *(_row(kind, count) for kind, count in report["faults"].items()),
+        _row(
+            "(stale cancels that raced an order change)",
+            report["summary"]["stale_cancels_that_raced_a_change"],
+        ),
         "client",
         *(_row(name, count) for name, count in report["client"].items()),
         "invariants",
