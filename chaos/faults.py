@@ -158,15 +158,15 @@ def _detail_id(body: Any) -> str | None:
 
 
 def _cancel_from_pending(params: dict[str, Any], puts: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The order Update of a cancel decided on version 1 (PENDING), None for any other transaction."""
-    if not any(item.get("eventType", {}).get("S") == "OrderCancelled" for item in puts):
+    """For a cancel decided on a PENDING order (its event is sequence 2): the read of that order."""
+    cancels = [i for i in puts if i.get("eventType", {}).get("S") == "OrderCancelled" and "sequence" in i]
+    if len(cancels) != 1 or cancels[0]["sequence"] != {"N": "2"}:
         return None
-    for action in params["TransactItems"]:
-        update = action.get("Update")
-        values = (update or {}).get("ExpressionAttributeValues") or {}
-        if update is not None and values.get(":expected") == {"N": "1"}:
-            return dict(update)
-    return None
+    updates = [action["Update"] for action in params["TransactItems"] if "Update" in action]
+    if len(updates) != 1:
+        return None
+    # The order item: the version the cancel was decided on is the one before its event's sequence.
+    return {"TableName": updates[0]["TableName"], "Key": updates[0]["Key"], "version": {"N": "1"}}
 
 
 def _envelope_id(detail: Any) -> str:
@@ -341,10 +341,10 @@ class Injector:
         return result
 
     @staticmethod
-    def _hold_until_changed(original: ApiCall, client: BaseClient, update: dict[str, Any]) -> bool:
+    def _hold_until_changed(original: ApiCall, client: BaseClient, order: dict[str, Any]) -> bool:
         """Wait until the order's version is no longer the one the cancel was decided on (bounded)."""
-        expected = update["ExpressionAttributeValues"][":expected"]
-        read = {"TableName": update["TableName"], "Key": update["Key"], "ConsistentRead": True}
+        expected = order["version"]
+        read = {"TableName": order["TableName"], "Key": order["Key"], "ConsistentRead": True}
         deadline = time.monotonic() + _STALE_HOLD_SECONDS
         while time.monotonic() < deadline:
             item = original(client, "GetItem", read).get("Item") or {}
