@@ -218,8 +218,15 @@ def http_answer(result: InvocationResult) -> HttpAnswer:
     return HttpAnswer(int(payload["statusCode"]), headers, body)
 
 
+class _Server(ThreadingHTTPServer):
+    # Connections queued while every request thread is starting (the default of 5 resets bursts).
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class ApiServer:
-    """A threading HTTP server in front of the functions, one thread per request."""
+    """A threading HTTP server in front of the functions: one thread per connection, so requests run
+    concurrently, each on an execution environment of its function's pool."""
 
     def __init__(
         self,
@@ -236,10 +243,9 @@ class ApiServer:
         if port:
             ensure_port_free(port, "the local API")
         try:
-            self._server = ThreadingHTTPServer((LOOPBACK, port), self._handler_class())
+            self._server = _Server((LOOPBACK, port), self._handler_class())
         except OSError as exc:
             raise StartupError(f"the local API cannot listen on {LOOPBACK}:{port}: {exc}") from exc
-        self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="api", daemon=True)
 
     @property

@@ -47,6 +47,7 @@ class QueueSource:
     filters: tuple[dict[str, Any], ...] = ()
     report_batch_item_failures: bool = False
     enabled: bool = True
+    maximum_concurrency: int | None = None  # ScalingConfig.MaximumConcurrency
 
     @property
     def label(self) -> str:
@@ -145,6 +146,7 @@ def _queue_source(
     if queue is None or template.resources[queue]["Type"] != "AWS::SQS::Queue":
         found.not_emulated.append(f"{function}.{name}: queue {arn} is not a queue of this template")
         return
+    scaling = props.get("ScalingConfig") or {}
     found.queues.append(
         QueueSource(
             function=function,
@@ -155,6 +157,9 @@ def _queue_source(
             filters=_filters(props, f"{function}.{name}"),
             report_batch_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
             enabled=_flag(props.get("Enabled", True)),
+            maximum_concurrency=int(scaling["MaximumConcurrency"])
+            if "MaximumConcurrency" in scaling
+            else None,
         )
     )
 

@@ -1,14 +1,17 @@
-"""Functions as local execution environments: one worker process per function, invoked synchronously.
+"""Functions as local execution environments: worker processes per function, invoked synchronously.
 
-Each function's worker gets exactly the environment its template definition gives it (Globals and
-its own Environment, resolved), plus what Lambda itself sets, the local endpoints and fake
-credentials. An invocation that outlives the function's Timeout is a function error
-(Sandbox.Timedout) and the environment is replaced, as Lambda does.
+A function has up to its maximum concurrency of environments, started on demand and reused when
+idle; each serves one invocation at a time, as a Lambda sandbox does. Each worker gets exactly the
+environment its template definition gives it (Globals and its own Environment, resolved), plus what
+Lambda itself sets, the local endpoints and fake credentials. An invocation that outlives the
+function's Timeout is a function error (Sandbox.Timedout) and its environment is replaced, as Lambda
+does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -29,6 +32,9 @@ from local.template import REGION, FunctionSpec
 INIT_TIMEOUT_SECONDS = 10.0
 # Time for the worker to answer after its deadline before it is considered hung.
 _DEADLINE_GRACE_SECONDS = 0.25
+# Execution environments per function when the template reserves no concurrency for it.
+MAX_CONCURRENCY_VARIABLE = "LOCAL_MAX_CONCURRENCY"
+DEFAULT_MAX_CONCURRENCY = 4
 
 LogEcho = Callable[[str, str], None]
 
@@ -63,6 +69,7 @@ class InvocationResult:
     error: FunctionError | None = None
     duration_ms: float = 0.0
     cold_start: bool = False
+    environment_number: int = 0  # the execution environment that ran it (0: none did)
 
     @property
     def ok(self) -> bool:
@@ -133,7 +140,10 @@ class _Channel:
                 raise WorkerExited("the function's process is gone") from exc
             if not readable:
                 continue
-            chunk = os.read(self._read_fd, 1 << 20)
+            try:
+                chunk = os.read(self._read_fd, 1 << 20)
+            except OSError as exc:
+                raise WorkerExited("the function's process is gone") from exc
             if not chunk:
                 raise WorkerExited("the function's process exited")
             self._buffer += chunk
@@ -150,17 +160,48 @@ class _Channel:
             os.close(self._read_fd)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Environment:
+    """One execution environment: a worker process, used by one invocation at a time."""
+
+    number: int
     process: WorkerProcess
     channel: _Channel
     ready: bool = False
     init_error: FunctionError | None = None
     log_pump: threading.Thread | None = field(default=None)
+    discarded: bool = False  # killed, or to be killed: never handed out again
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _Throttled(Exception):
+    pass
+
+
+def default_max_concurrency() -> int:
+    """LOCAL_MAX_CONCURRENCY, else 4: environments per function when the template reserves none."""
+    raw = os.environ.get(MAX_CONCURRENCY_VARIABLE, "")
+    try:
+        value = int(raw) if raw else DEFAULT_MAX_CONCURRENCY
+    except ValueError:
+        raise ValueError(f"{MAX_CONCURRENCY_VARIABLE} must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{MAX_CONCURRENCY_VARIABLE} must be at least 1, got {value}")
+    return value
 
 
 class FunctionRuntime:
-    """One execution environment for one function; invocations are serialised, as in one Lambda sandbox."""
+    """A function's execution environments, as Lambda keeps them: created on demand, reused when idle.
+
+    Up to `max_concurrency` environments (the function's ReservedConcurrentExecutions, else the
+    stack's maximum) run invocations at the same time; each one serialises its own, as one Lambda
+    sandbox does. An invocation finding every environment busy at the maximum waits for one
+    (Lambda would throttle it; event sources never get there, they bound themselves by
+    `max_concurrency`). A warm environment is reused before a new one is started.
+    """
 
     def __init__(
         self,
@@ -171,6 +212,7 @@ class FunctionRuntime:
         echo: LogEcho | None = None,
         tracing: bool = False,
         launcher: Launcher | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         self.spec = spec
         self.physical_name = physical_name
@@ -179,9 +221,21 @@ class FunctionRuntime:
         self._echo = echo
         self._tracing = tracing
         self._launcher: Launcher = launcher or SubprocessLauncher()
-        self._lock = threading.Lock()
-        self._current: _Environment | None = None
+        if max_concurrency is None:
+            max_concurrency = (
+                spec.reserved_concurrency
+                if spec.reserved_concurrency is not None
+                else default_max_concurrency()
+            )
+        self.max_concurrency = max_concurrency
+        self._condition = threading.Condition()
+        self._environments: list[_Environment] = []  # every live environment, idle or busy
+        self._idle: list[_Environment] = []  # the most recently used last: reused first
+        self._starting = 0  # environments being launched (counted against the maximum)
+        self._numbers = itertools.count(1)
         self._stopped = False
+        self._busy = 0
+        self.peak_concurrency = 0  # the most invocations that ran at once
 
     @property
     def logical_id(self) -> str:
@@ -189,86 +243,181 @@ class FunctionRuntime:
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the environment's init (importing the handler) without waiting for it."""
-        with self._lock:
-            if self._current is None and not self._stopped:
-                self._current = self._spawn()
+        """Start one environment's init (importing the handler) without waiting for it."""
+        with self._condition:
+            if self._environments or self._starting or self._stopped or self.max_concurrency < 1:
+                return
+            self._starting += 1
+        with contextlib.suppress(_Stopped):
+            self._add(self._launch_counted(), idle=True)
 
     def wait_ready(self, timeout: float = INIT_TIMEOUT_SECONDS) -> FunctionError | None:
-        """Wait for the init phase; returns its error, if any."""
-        with self._lock:
-            if self._current is None:
-                self._current = self._spawn()
-            return self._await_init(self._current, time.monotonic() + timeout)
+        """Wait for the init phase of an environment (starting one if needed); returns its error, if any."""
+        if self.max_concurrency < 1:
+            return None  # no environment is ever started
+        try:
+            environment = self._acquire()
+        except _Stopped:
+            return FunctionError("Local.Stopped", "the stack is stopping")
+        try:
+            return self._await_init(environment, time.monotonic() + timeout)
+        finally:
+            self._release(environment, busy=False)
 
     def child_pids(self) -> list[int]:
-        current = self._current
-        return [current.process.pid] if current is not None else []
+        with self._condition:
+            return [environment.process.pid for environment in self._environments]
+
+    def environment_numbers(self) -> list[int]:
+        """The live execution environments (numbered from 1 in the order they were started)."""
+        with self._condition:
+            return [environment.number for environment in self._environments]
 
     def stop(self) -> None:
-        # No lock: an invocation in progress ends with WorkerExited when its process goes.
-        self._stopped = True
-        current, self._current = self._current, None
-        if current is not None:
-            self._dispose(current)
+        """Kill every environment; an invocation in progress ends with WorkerExited when its process goes."""
+        with self._condition:
+            self._stopped = True
+            environments, self._environments = self._environments, []
+            idle, self._idle = set(self._idle), []
+            for environment in environments:
+                environment.discarded = True
+            self._condition.notify_all()
+        for environment in environments:
+            if environment in idle:
+                self._dispose(environment)
+            else:
+                environment.process.kill()  # its invocation sees the exit and closes the environment
 
     # --- invocations ------------------------------------------------------------------------------
     def invoke(self, event: Any, request_id: str | None = None) -> InvocationResult:
         request_id = request_id or str(uuid.uuid4())
-        with self._lock:
-            if self._stopped:
-                return InvocationResult(
-                    request_id, error=FunctionError("Local.Stopped", "the stack is stopping")
-                )
-            started = time.monotonic()
-            cold = self._current is None or not self._current.ready
-            if self._current is None:
-                try:
-                    self._current = self._spawn()
-                except LaunchError as exc:
-                    return InvocationResult(request_id, error=FunctionError("Local.LaunchFailed", str(exc)))
-            environment = self._current
-            init_error = self._await_init(environment, time.monotonic() + INIT_TIMEOUT_SECONDS)
-            if init_error is not None:
-                self._replace(environment)
-                return InvocationResult(request_id, error=init_error, cold_start=True)
-            deadline = time.monotonic() + self.spec.timeout
-            request = {
-                "request_id": request_id,
-                "event": event,
-                "remaining_ms": int(self.spec.timeout * 1000),
-                "trace_id": _trace_header() if self._tracing else None,
-            }
-            try:
-                environment.channel.send(request)
-                response = environment.channel.receive(deadline + _DEADLINE_GRACE_SECONDS)
-            except WorkerExited:
-                self._replace(environment)
-                error = FunctionError(
-                    "Runtime.ExitError", "the function's process exited during the invocation"
-                )
-                return self._result(request_id, started, cold, error=error)
-            if response is None:
-                self._replace(environment)  # a timed-out sandbox is never reused
-                message = f"Task timed out after {self.spec.timeout:.2f} seconds"
-                return self._result(
-                    request_id, started, cold, error=FunctionError("Sandbox.Timedout", message)
-                )
-            if response["type"] == "error":
-                error = FunctionError.from_payload(response["error"])
-                if error.error_type == "Runtime.ExitError":
-                    self._replace(environment)
-                return self._result(request_id, started, cold, error=error)
-            return self._result(request_id, started, cold, payload=response.get("payload"))
+        started = time.monotonic()
+        try:
+            environment = self._acquire()
+        except _Stopped:
+            return InvocationResult(request_id, error=FunctionError("Local.Stopped", "the stack is stopping"))
+        except LaunchError as exc:
+            return InvocationResult(request_id, error=FunctionError("Local.LaunchFailed", str(exc)))
+        except _Throttled:
+            message = "Rate Exceeded. (the function's ReservedConcurrentExecutions is 0)"
+            return InvocationResult(request_id, error=FunctionError("TooManyRequestsException", message))
+        with self._condition:
+            self._busy += 1
+            self.peak_concurrency = max(self.peak_concurrency, self._busy)
+        try:
+            return self._invoke_on(environment, event, request_id, started)
+        finally:
+            self._release(environment, busy=True)
+
+    def _invoke_on(
+        self, environment: _Environment, event: Any, request_id: str, started: float
+    ) -> InvocationResult:
+        cold = not environment.ready
+        init_error = self._await_init(environment, time.monotonic() + INIT_TIMEOUT_SECONDS)
+        if init_error is not None:
+            environment.discarded = True  # Lambda retries the init in a fresh environment
+            return InvocationResult(
+                request_id, error=init_error, cold_start=True, environment_number=environment.number
+            )
+        deadline = time.monotonic() + self.spec.timeout
+        request = {
+            "request_id": request_id,
+            "event": event,
+            "remaining_ms": int(self.spec.timeout * 1000),
+            "trace_id": _trace_header() if self._tracing else None,
+        }
+        try:
+            environment.channel.send(request)
+            response = environment.channel.receive(deadline + _DEADLINE_GRACE_SECONDS)
+        except WorkerExited:
+            environment.discarded = True
+            error = FunctionError("Runtime.ExitError", "the function's process exited during the invocation")
+            return self._result(request_id, environment, started, cold, error=error)
+        if response is None:
+            environment.discarded = True  # a timed-out sandbox is never reused
+            message = f"Task timed out after {self.spec.timeout:.2f} seconds"
+            return self._result(
+                request_id, environment, started, cold, error=FunctionError("Sandbox.Timedout", message)
+            )
+        if response["type"] == "error":
+            error = FunctionError.from_payload(response["error"])
+            if error.error_type == "Runtime.ExitError":
+                environment.discarded = True
+            return self._result(request_id, environment, started, cold, error=error)
+        return self._result(request_id, environment, started, cold, payload=response.get("payload"))
 
     @staticmethod
     def _result(
-        request_id: str, started: float, cold: bool, payload: Any = None, error: FunctionError | None = None
+        request_id: str,
+        environment: _Environment,
+        started: float,
+        cold: bool,
+        payload: Any = None,
+        error: FunctionError | None = None,
     ) -> InvocationResult:
-        duration = (time.monotonic() - started) * 1000
         return InvocationResult(
-            request_id, payload=payload, error=error, duration_ms=duration, cold_start=cold
+            request_id,
+            payload=payload,
+            error=error,
+            duration_ms=(time.monotonic() - started) * 1000,
+            cold_start=cold,
+            environment_number=environment.number,
         )
+
+    # --- the pool ---------------------------------------------------------------------------------
+    def _acquire(self) -> _Environment:
+        """An idle environment, else a new one below the maximum, else the next one to become idle."""
+        with self._condition:
+            while True:
+                if self._stopped:
+                    raise _Stopped
+                if self._idle:
+                    return self._idle.pop()
+                if len(self._environments) + self._starting < self.max_concurrency:
+                    self._starting += 1
+                    break
+                if self.max_concurrency < 1:
+                    raise _Throttled
+                self._condition.wait()
+        return self._add(self._launch_counted(), idle=False)
+
+    def _launch_counted(self) -> _Environment:
+        """Launch an environment whose slot the caller counted in _starting."""
+        try:
+            return self._spawn()
+        except BaseException:
+            with self._condition:
+                self._starting -= 1
+                self._condition.notify()
+            raise
+
+    def _add(self, environment: _Environment, idle: bool) -> _Environment:
+        with self._condition:
+            self._starting -= 1
+            if self._stopped:
+                environment.discarded = True
+            else:
+                self._environments.append(environment)
+                if idle:
+                    self._idle.append(environment)
+                    self._condition.notify()
+                return environment
+        self._dispose(environment)
+        raise _Stopped
+
+    def _release(self, environment: _Environment, busy: bool) -> None:
+        with self._condition:
+            if busy:
+                self._busy -= 1
+            if not environment.discarded and not self._stopped:
+                self._idle.append(environment)
+                self._condition.notify()
+                return
+            environment.discarded = True
+            if environment in self._environments:
+                self._environments.remove(environment)
+            self._condition.notify()  # room for a new environment
+        self._dispose(environment)
 
     # --- processes --------------------------------------------------------------------------------
     def _spawn(self) -> _Environment:
@@ -294,11 +443,13 @@ class FunctionRuntime:
         finally:
             for fd in (request_read, response_write, output_write):
                 os.close(fd)  # the worker has its own copies now
-        environment = _Environment(process=process, channel=_Channel(response_read, request_write))
+        environment = _Environment(
+            number=next(self._numbers), process=process, channel=_Channel(response_read, request_write)
+        )
         environment.log_pump = threading.Thread(
             target=self._pump_logs,
             args=(os.fdopen(output_read, "rb"),),
-            name=f"logs-{self.logical_id}",
+            name=f"logs-{self.logical_id}-{environment.number}",
             daemon=True,
         )
         environment.log_pump.start()
@@ -324,11 +475,6 @@ class FunctionRuntime:
         else:
             environment.ready = True
         return environment.init_error
-
-    def _replace(self, environment: _Environment) -> None:
-        self._dispose(environment)
-        if self._current is environment:
-            self._current = None
 
     @staticmethod
     def _dispose(environment: _Environment) -> None:

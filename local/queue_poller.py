@@ -1,16 +1,19 @@
 """The SQS event source mapping, with Lambda's semantics, against moto.
 
 Long-polls the queue (1 s waits, so stopping is quick), gathers up to BatchSize messages (within
-MaximumBatchingWindowInSeconds when set), hands them to the function in Lambda's SQS event shape and
-deletes what succeeded: everything on success, the unreported messages with ReportBatchItemFailures,
-nothing on a function error. Undeleted messages come back after the queue's visibility timeout, and
-the queue's RedrivePolicy (enforced by moto) moves them to the dead-letter queue after
-maxReceiveCount receives. Messages that FilterCriteria rejects are deleted, as Lambda does.
+MaximumBatchingWindowInSeconds when set) and hands them to the function in Lambda's SQS event shape,
+several batches at once as Lambda's pollers do: up to the function's concurrency (or the mapping's
+ScalingConfig.MaximumConcurrency, if lower), and a batch is received only when it can be processed at
+once. Each batch then deletes what succeeded: everything on success, the unreported messages with
+ReportBatchItemFailures, nothing on a function error. Undeleted messages come back after the queue's
+visibility timeout, and the queue's RedrivePolicy (enforced by moto) moves them to the dead-letter
+queue after maxReceiveCount receives. Messages that FilterCriteria rejects are deleted, as Lambda does.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import threading
 import time
@@ -90,6 +93,15 @@ class QueuePoller:
         self._queue_arn = queue_arn
         self._sqs = sqs
         self._activity = activity
+        # Batches in flight at once: the function's concurrency, or less with ScalingConfig.
+        limits = [function.max_concurrency]
+        if source.maximum_concurrency is not None:
+            limits.append(source.maximum_concurrency)
+        self.concurrency = max(0, min(limits))
+        self._slots = threading.BoundedSemaphore(max(1, self.concurrency))
+        self._batches: set[threading.Thread] = set()
+        self._batches_lock = threading.Lock()
+        self._batch_numbers = itertools.count(1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sqs-{source.label}", daemon=True)
 
@@ -100,18 +112,33 @@ class QueuePoller:
         self._stop.set()
 
     def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         self._thread.join(timeout)
+        with self._batches_lock:
+            batches = list(self._batches)
+        for batch in batches:
+            batch.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
+        if self.concurrency < 1:
+            return  # ReservedConcurrentExecutions 0: Lambda invokes nothing, the messages wait
         try:
             while not self._stop.is_set():
+                # Receive only what can be processed now, so no message's visibility timeout runs
+                # out while it waits here.
+                if not self._slots.acquire(timeout=_WAIT_SECONDS):
+                    continue
+                handed_over = False
                 try:
-                    self._poll_once()
+                    handed_over = self._poll_once()
                 except (ClientError, BotoCoreError) as exc:
                     if self._stop.is_set():
                         return
                     self._activity.notice("error", self.source.label, f"queue poll failed: {exc}")
                     self._stop.wait(_ERROR_PAUSE_SECONDS)
+                finally:
+                    if not handed_over:
+                        self._slots.release()
         except Exception as exc:
             self._activity.notice("error", self.source.label, f"queue poller stopped: {exc!r}")
             raise
@@ -143,10 +170,37 @@ class QueuePoller:
                 self._stop.wait(min(remaining, 0.05))
         return batch
 
-    def _poll_once(self) -> None:
+    def _poll_once(self) -> bool:
+        """Receive a batch and hand it to a thread of its own; True when one was handed over."""
         messages = self._gather()
         if not messages or self._stop.is_set():
-            return
+            return False
+        batch = threading.Thread(
+            target=self._deliver,
+            args=(messages,),
+            name=f"sqs-{self.source.label}-{next(self._batch_numbers)}",
+            daemon=True,
+        )
+        with self._batches_lock:
+            self._batches.add(batch)
+        batch.start()
+        return True
+
+    def _deliver(self, messages: list[MessageTypeDef]) -> None:
+        try:
+            self._process(messages)
+        except (ClientError, BotoCoreError) as exc:
+            if not self._stop.is_set():
+                self._activity.notice("error", self.source.label, f"queue batch failed: {exc}")
+        except Exception as exc:
+            self._activity.notice("error", self.source.label, f"queue batch failed: {exc!r}")
+            raise
+        finally:
+            with self._batches_lock:
+                self._batches.discard(threading.current_thread())
+            self._slots.release()
+
+    def _process(self, messages: list[MessageTypeDef]) -> None:
         records = [lambda_sqs_record(m, self._queue_arn) for m in messages]
         if self.source.filters:
             kept = [r for r in records if any(matches(p, _filterable(r)) for p in self.source.filters)]

@@ -23,7 +23,13 @@ from local.checkpoints import CheckpointStore
 from local.console import Console
 from local.destinations import FailureDestinations
 from local.event_sources import IMPLICIT_API, EventSources, read_event_sources
-from local.functions import FunctionError, FunctionRuntime, InvocationResult, function_environment
+from local.functions import (
+    FunctionError,
+    FunctionRuntime,
+    InvocationResult,
+    default_max_concurrency,
+    function_environment,
+)
 from local.launchers import ForkServer, Launcher, shared_environment
 from local.processes import StartupError
 from local.provisioning import SEED_FILE, Provisioner, ProvisioningReport
@@ -55,6 +61,9 @@ class StackOptions:
     fork_server: bool = True
     # Added to every function's environment (harnesses: e.g. LOCAL_WORKER_PRELOAD for fault injection).
     function_environment: dict[str, str] = field(default_factory=dict)
+    # Execution environments per function (concurrent invocations) when the template reserves no
+    # concurrency for it (ReservedConcurrentExecutions); default LOCAL_MAX_CONCURRENCY, else 4.
+    max_concurrency: int = field(default_factory=default_max_concurrency)
 
     @property
     def log_dir(self) -> Path:
@@ -219,6 +228,11 @@ class LocalStack:
                 echo=self._echo if self.options.echo_function_logs else None,
                 tracing=self._tracing(logical_id),
                 launcher=launcher,
+                max_concurrency=(
+                    spec.reserved_concurrency
+                    if spec.reserved_concurrency is not None
+                    else self.options.max_concurrency
+                ),
             )
 
     def _start_functions(self) -> None:

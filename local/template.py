@@ -76,6 +76,8 @@ class FunctionSpec:
     layer_dirs: tuple[Path, ...] = ()
     # Layers given as ARNs of other accounts or stacks: not available locally.
     external_layers: tuple[str, ...] = ()
+    # ReservedConcurrentExecutions: the most environments the function may have at once.
+    reserved_concurrency: int | None = None
 
 
 def _env_value(value: Any) -> str:
@@ -83,6 +85,10 @@ def _env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None or value is NO_VALUE or value == "" else int(value)
 
 
 class Template:
@@ -278,6 +284,9 @@ class Template:
             runtime=str(props.get("Runtime", globals_.get("Runtime", ""))),
             layer_dirs=layer_dirs,
             external_layers=external_layers,
+            reserved_concurrency=_optional_int(
+                props.get("ReservedConcurrentExecutions", globals_.get("ReservedConcurrentExecutions"))
+            ),
         )
 
     def is_created(self, logical_id: str) -> bool:

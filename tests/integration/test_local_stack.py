@@ -10,6 +10,7 @@ import json
 import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -347,7 +348,10 @@ def test_an_invocation_outliving_the_timeout_is_a_function_error(probe_stack: Lo
     assert timed_out.error.error_type == "Sandbox.Timedout"
     assert spec.timeout * 1000 <= timed_out.duration_ms < (spec.timeout + 2) * 1000
     assert next_call.ok
-    assert next_call.cold_start, "a timed-out environment is replaced"
+    assert next_call.environment_number != timed_out.environment_number, "a timed-out environment is replaced"
+    assert (
+        timed_out.environment_number not in probe_stack.functions["ProbeStreamFunction"].environment_numbers()
+    )
 
 
 # --- SQS mapping --------------------------------------------------------------------------------------
@@ -476,3 +480,235 @@ def test_missing_java_is_a_clear_start_up_error(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(StartupError, match="Java is required"):
         LocalServices(tmp_path).start()
+
+
+# --- concurrency --------------------------------------------------------------------------------------
+SLOW_HANDLERS = """
+import json
+import os
+import time
+
+
+def _seconds(event):
+    if "httpMethod" in event:
+        return float((event.get("queryStringParameters") or {}).get("sleep", "0"))
+    if "Records" in event:
+        return max(_record_seconds(record) for record in event["Records"])
+    return float(event.get("sleep", 0))
+
+
+def _record_seconds(record):
+    if "body" in record:
+        return float(json.loads(record["body"]).get("sleep", 0))
+    return float(record["dynamodb"].get("NewImage", {}).get("sleep", {}).get("N", "0"))
+
+
+def handler(event, context):
+    started = time.time()
+    time.sleep(_seconds(event))
+    answer = {"pid": os.getpid(), "started": started, "ended": time.time()}
+    if "httpMethod" in event:
+        return {"statusCode": 200, "body": json.dumps(answer)}
+    return answer
+"""
+CONCURRENCY_LIMIT = 3
+
+
+def concurrency_template(code_dir: Path) -> Template:
+    """Slow handlers behind an API route, a queue and a table stream, with the stack's limit of 3 per
+    function, and one function whose ReservedConcurrentExecutions is 1."""
+
+    def function(events: dict[str, Any], **properties: Any) -> dict[str, Any]:
+        return {
+            "Type": "AWS::Serverless::Function",
+            "Properties": {
+                "CodeUri": str(code_dir),
+                "Handler": "slow_handlers.handler",
+                "Runtime": "python3.13",
+                "Timeout": 10,
+                "Events": events,
+                **properties,
+            },
+        }
+
+    resources = {
+        "SlowQueue": {"Type": "AWS::SQS::Queue", "Properties": {"VisibilityTimeout": 30}},
+        "SlowTable": {
+            "Type": "AWS::DynamoDB::Table",
+            "Properties": {
+                "BillingMode": "PAY_PER_REQUEST",
+                "AttributeDefinitions": [{"AttributeName": "PK", "AttributeType": "S"}],
+                "KeySchema": [{"AttributeName": "PK", "KeyType": "HASH"}],
+                "StreamSpecification": {"StreamViewType": "NEW_IMAGE"},
+            },
+        },
+        "SlowFunction": function(
+            {
+                "Slow": {"Type": "Api", "Properties": {"Path": "/slow", "Method": "get"}},
+                "Queue": {
+                    "Type": "SQS",
+                    "Properties": {"Queue": {"Fn::GetAtt": ["SlowQueue", "Arn"]}, "BatchSize": 1},
+                },
+            }
+        ),
+        "OrderedFunction": function(
+            {
+                "Stream": {
+                    "Type": "DynamoDB",
+                    "Properties": {
+                        "Stream": {"Fn::GetAtt": ["SlowTable", "StreamArn"]},
+                        "StartingPosition": "TRIM_HORIZON",
+                        "BatchSize": 2,
+                    },
+                }
+            }
+        ),
+        "ReservedFunction": function({}, ReservedConcurrentExecutions=1, Timeout=1),
+    }
+    return Template({"Resources": resources}, stack_name="concurrency")
+
+
+@pytest.fixture(scope="module")
+def concurrency_stack(local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    code_dir = tmp_path_factory.mktemp("concurrency-code")
+    (code_dir / "slow_handlers.py").write_text(SLOW_HANDLERS)
+    options = StackOptions(
+        api_port=0,
+        data_dir=tmp_path_factory.mktemp("concurrency-stack"),
+        seed_file=None,
+        max_concurrency=CONCURRENCY_LIMIT,
+    )
+    stack = start_stack(concurrency_template(code_dir), options, local_services)
+    yield stack
+    stop_stack(stack)
+
+
+def spans(payloads: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    return sorted((p["started"], p["ended"]) for p in payloads)
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of the intervals that share a moment."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, step in edges:  # an end sorts before a start at the same instant
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def invoke_together(stack: LocalStack, function: str, events: list[Any]) -> list[Any]:
+    with ThreadPoolExecutor(max_workers=len(events)) as pool:
+        return list(pool.map(lambda event: stack.invoke(function, event), events))
+
+
+def test_invocations_of_one_function_run_in_separate_environments_at_once(
+    concurrency_stack: LocalStack,
+) -> None:
+    runtime = concurrency_stack.functions["SlowFunction"]
+
+    first, second = invoke_together(concurrency_stack, "SlowFunction", [{"sleep": 1}, {"sleep": 1}])
+    later = concurrency_stack.invoke("SlowFunction", {})
+
+    assert first.ok
+    assert second.ok
+    assert first.environment_number != second.environment_number
+    assert first.payload["pid"] != second.payload["pid"]
+    assert most_at_once(spans([first.payload, second.payload])) == 2, "the two invocations overlapped"
+    assert not later.cold_start, "an idle environment is reused"
+    assert later.environment_number in {first.environment_number, second.environment_number}
+    assert runtime.max_concurrency == CONCURRENCY_LIMIT
+
+
+def test_the_environments_of_a_function_are_bounded_by_its_maximum(concurrency_stack: LocalStack) -> None:
+    runtime = concurrency_stack.functions["SlowFunction"]
+
+    results = invoke_together(concurrency_stack, "SlowFunction", [{"sleep": 0.5}] * (CONCURRENCY_LIMIT + 2))
+
+    assert all(result.ok for result in results)
+    assert len({result.environment_number for result in results}) <= CONCURRENCY_LIMIT
+    assert len(runtime.environment_numbers()) <= CONCURRENCY_LIMIT
+    assert most_at_once(spans([result.payload for result in results])) <= CONCURRENCY_LIMIT
+
+
+def test_reserved_concurrency_in_the_template_bounds_the_function(concurrency_stack: LocalStack) -> None:
+    runtime = concurrency_stack.functions["ReservedFunction"]
+
+    first, second = invoke_together(concurrency_stack, "ReservedFunction", [{"sleep": 0.3}, {"sleep": 0.3}])
+    timed_out = concurrency_stack.invoke("ReservedFunction", {"sleep": 3})
+    after = concurrency_stack.invoke("ReservedFunction", {})
+
+    assert runtime.max_concurrency == 1
+    assert first.ok
+    assert second.ok
+    assert first.environment_number == second.environment_number
+    assert most_at_once(spans([first.payload, second.payload])) == 1, "one at a time"
+    assert timed_out.error is not None
+    assert timed_out.error.error_type == "Sandbox.Timedout"
+    assert after.ok
+    assert after.cold_start, "the timed-out environment was replaced by a new one"
+    assert after.environment_number != timed_out.environment_number
+    assert runtime.environment_numbers() == [after.environment_number]
+
+
+def test_the_api_serves_requests_concurrently(concurrency_stack: LocalStack) -> None:
+    url = f"{concurrency_stack.api_url}/slow?sleep=1"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        responses = list(pool.map(lambda _: requests.get(url, timeout=HTTP_TIMEOUT), range(2)))
+
+    assert [response.status_code for response in responses] == [200, 200]
+    answers = [response.json() for response in responses]
+    assert answers[0]["pid"] != answers[1]["pid"]
+    assert most_at_once(spans(answers)) == 2, "the two requests were handled at the same time"
+
+
+def test_queue_batches_are_processed_concurrently_up_to_the_functions_maximum(
+    concurrency_stack: LocalStack,
+) -> None:
+    sqs = concurrency_stack.clients.sqs()
+    bodies = [json.dumps({"sleep": 1, "id": unique("slow")}) for _ in range(CONCURRENCY_LIMIT + 2)]
+    sqs.send_message_batch(
+        QueueUrl=concurrency_stack.queue_url("SlowQueue"),
+        Entries=[{"Id": str(n), "MessageBody": body} for n, body in enumerate(bodies)],
+    )
+
+    def delivered() -> list[Invocation] | None:
+        found = [
+            invocation
+            for invocation in concurrency_stack.activity.invocations("SlowFunction")
+            if invocation.trigger == "sqs" and invocation.records[0]["body"] in bodies
+        ]
+        return found if len(found) == len(bodies) else None
+
+    invocations = concurrency_stack.wait_for(delivered, STREAM_SECONDS, "every slow message")
+
+    assert all(invocation.result.ok and len(invocation.records) == 1 for invocation in invocations)
+    overlap = most_at_once(spans([invocation.result.payload for invocation in invocations]))
+    assert 2 <= overlap <= CONCURRENCY_LIMIT, "several batches at once, never more than the maximum"
+    assert not sqs.receive_message(QueueUrl=concurrency_stack.queue_url("SlowQueue")).get("Messages")
+
+
+def test_a_stream_shard_is_still_processed_one_batch_at_a_time_in_order(
+    concurrency_stack: LocalStack,
+) -> None:
+    table = concurrency_stack.template.physical_name("SlowTable")
+    dynamodb = concurrency_stack.clients.dynamodb()
+    written = [unique(f"ordered-{n}") for n in range(6)]
+    for key in written:
+        dynamodb.put_item(TableName=table, Item={"PK": {"S": key}, "sleep": {"N": "0.3"}})
+
+    def delivered() -> list[Invocation] | None:
+        found = [
+            invocation
+            for invocation in concurrency_stack.activity.invocations("OrderedFunction")
+            if any(record["dynamodb"]["Keys"]["PK"]["S"] in written for record in invocation.records)
+        ]
+        keys = [r["dynamodb"]["Keys"]["PK"]["S"] for invocation in found for r in invocation.records]
+        return found if set(written) <= set(keys) else None
+
+    invocations = concurrency_stack.wait_for(delivered, STREAM_SECONDS, "every stream record")
+    invocations.sort(key=lambda invocation: invocation.result.payload["started"])
+
+    delivered_keys = [r["dynamodb"]["Keys"]["PK"]["S"] for i in invocations for r in i.records]
+    assert delivered_keys == written, "in write order, each record once"
+    assert most_at_once(spans([invocation.result.payload for invocation in invocations])) == 1
