@@ -164,7 +164,9 @@ class MotoServer:
         with self.log_path.open("wb") as log:
             self.process = ChildProcess(
                 "moto server",
-                [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
+                # moto.server with its per-request hot spots cached (see local/moto_server.py).
+                [sys.executable, "-m", "local.moto_server", "-H", LOOPBACK, "-p", str(self.port)],
+                cwd=ROOT,
                 stdout=log,
             )
 
