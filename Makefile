@@ -123,3 +123,11 @@ bench: $(STAMP) $(NODE_STAMP) ## relay efficiency, latency, cold start and write
 .PHONY: chaos
 chaos: $(STAMP) $(NODE_STAMP) ## faults at every boundary, invariants checked (ORDERS=200 SEED=7) -> .chaos/latest.json
 	PYTHONPATH=layers/shared $(BIN)/python -m chaos
+
+.PHONY: chaos-isolation
+chaos-isolation: $(STAMP) $(NODE_STAMP) ## one poison among RECORDS=1000 on the stream and on a queue, measured -> .chaos/isolation.json
+	PYTHONPATH=layers/shared $(BIN)/python -m chaos isolation
+
+.PHONY: fuzz
+fuzz: $(STAMP) $(NODE_STAMP) ## schemathesis: REQUESTS=1000 generated requests against the local API -> .chaos/fuzz.json
+	PYTHONPATH=layers/shared $(BIN)/python -m chaos fuzz

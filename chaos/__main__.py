@@ -1,4 +1,9 @@
 """`make chaos` (python -m chaos): one chaos run; prints the table, writes .chaos/latest.json.
+`make chaos-isolation` (python -m chaos isolation): the poison-pill isolation measurement (RECORDS=1000),
+writes .chaos/isolation.json.
+`make fuzz` (python -m chaos fuzz): schemathesis against the local stack's API (REQUESTS=1000, SEED=7),
+writes .chaos/fuzz.json.
+`python -m chaos openapi`: regenerate chaos/openapi.json from the API's resolver.
 
 Settings from the environment, as the Makefile passes them:
     ORDERS=200        orders to place
@@ -15,7 +20,10 @@ import json
 import os
 import sys
 
+from chaos import fuzz, openapi
 from chaos.harness import DEFAULT_OUT_DIR, ChaosConfig, run
+from chaos.isolation import Isolation
+from chaos.isolation import render as render_isolation
 from chaos.report import render
 from local.processes import StartupError
 
@@ -41,7 +49,43 @@ def config_from_env() -> ChaosConfig:
     )
 
 
-def main() -> int:
+def isolation() -> int:
+    records = _env_int("RECORDS", 1000) or 1000
+    try:
+        report = Isolation(records, DEFAULT_OUT_DIR).run()
+    except (StartupError, RuntimeError, TimeoutError) as exc:
+        print(f"error: the isolation measurement could not be made: {exc}", file=sys.stderr)
+        return 2
+    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (DEFAULT_OUT_DIR / "isolation.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(render_isolation(report))
+    return 0 if report["passed"] else 1
+
+
+def fuzz_api() -> int:
+    total = _env_int("REQUESTS", 1000) or 1000
+    try:
+        report = fuzz.run_against_local_stack(total, _env_int("SEED", 7) or 0)
+    except StartupError as exc:
+        print(f"error: the local stack could not start: {exc}", file=sys.stderr)
+        return 2
+    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (DEFAULT_OUT_DIR / "fuzz.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(fuzz.render(report))
+    return 0 if report["passed"] else 1
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["isolation"]:
+        return isolation()
+    if argv[1:] == ["fuzz"]:
+        return fuzz_api()
+    if argv[1:] == ["openapi"]:
+        print(f"wrote {openapi.relative(openapi.write())}")
+        return 0
+    if argv[1:]:
+        print("usage: python -m chaos [isolation | fuzz | openapi]", file=sys.stderr)
+        return 2
     config = config_from_env()
     try:
         report = run(config)
@@ -55,4 +99,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))
