@@ -71,7 +71,9 @@ class FuzzResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "passed": not self.failures and self.requests > 0,
+            # The known bug fails the run too (make fuzz is red until it is fixed); the test suite
+            # tracks it with a strict xfail instead.
+            "passed": not self.failures and not self.known_bug and self.requests > 0,
             "requests": self.requests,
             "by_status": dict(sorted(self.by_status.items())),
             "by_operation": dict(sorted(self.by_operation.items())),
@@ -196,5 +198,6 @@ def render(report: dict[str, Any]) -> str:
     ]
     lines += [f"  {operation}: {count}" for operation, count in report["by_operation"].items()]
     lines += [f"  FAIL {example}" for example in report["examples"]]
-    lines.append(f"result: {'PASS' if report['passed'] else 'FAIL'} ({report['failures']} failures)")
+    failures = report["failures"] + report["known_bug_non_utf8_body_500"]
+    lines.append(f"result: {'PASS' if report['passed'] else 'FAIL'} ({failures} failures)")
     return "\n".join(lines)
