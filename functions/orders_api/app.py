@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import re
 from functools import cache
@@ -85,7 +86,10 @@ def reject_unacceptable_body(event: dict[str, Any]) -> tuple[int, dict[str, Any]
     body = event.get("body")
     if not body:
         return None
-    raw = base64.b64decode(body) if event.get("isBase64Encoded") else body.encode()
+    try:
+        raw = base64.b64decode(body, validate=True) if event.get("isBase64Encoded") else body.encode()
+    except (binascii.Error, UnicodeEncodeError):
+        return 400, error_body("MALFORMED_JSON", "the request body is not valid JSON")
     limit = get_settings().max_event_bytes
     if len(raw) > limit:
         return 413, error_body(
@@ -96,6 +100,10 @@ def reject_unacceptable_body(event: dict[str, Any]) -> tuple[int, dict[str, Any]
         return 415, error_body(
             "UNSUPPORTED_MEDIA_TYPE", "send the body as application/json", {"contentType": media_type}
         )
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:  # JSON text is UTF-8 (RFC 8259); anything else cannot be parsed
+        return 400, error_body("MALFORMED_JSON", "the request body is not valid UTF-8 JSON")
     return None
 
 

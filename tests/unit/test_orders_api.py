@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Any
@@ -170,6 +171,24 @@ def test_wrong_content_type_is_a_415(api, table_items):
 
     assert response["statusCode"] == 415
     assert json_body(response)["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    assert table_items() == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [base64.b64encode(b"\xfc\xdd not UTF-8").decode(), "not base64 at all!"],
+    ids=["not-utf8", "bad-base64"],
+)
+def test_a_body_that_is_not_utf8_json_is_a_400(api, table_items, body):
+    # Found by the API fuzzer: API Gateway delivers such a body base64-encoded.
+    event = create_event()
+    event["body"] = body
+    event["isBase64Encoded"] = True
+
+    response = api(event)
+
+    assert response["statusCode"] == 400
+    assert json_body(response)["error"]["code"] == "MALFORMED_JSON"
     assert table_items() == []
 
 
