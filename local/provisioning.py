@@ -126,6 +126,11 @@ class Provisioner:
         self._new_tables: set[str] = set()
         self._queue_urls: dict[str, str] = {}
 
+    @property
+    def created_tables(self) -> list[str]:
+        """Logical ids of the tables this provisioner created (not those kept from an earlier run)."""
+        return sorted(self._new_tables)
+
     def provision(self, seed_file: Path | None = None) -> ProvisioningReport:
         """Create everything; DynamoDB Local (tables, then seeds) and moto are provisioned in parallel."""
         # Within each service, order matters where resources refer to each other: queues before

@@ -10,12 +10,15 @@ resources are provisioned, and only then do pollers and the API start serving.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from local.activity import ActivityLog, Invocation
 from local.api import ApiServer, RouteTable
@@ -110,6 +113,7 @@ class LocalStack:
         self._stream_arns: dict[str, str] = {}
         self._queue_urls: dict[str, str] = {}
         self._fork_server: ForkServer | None = None
+        self._provisioner: Provisioner | None = None
 
     # --- lifecycle --------------------------------------------------------------------------------
     def __enter__(self) -> LocalStack:
@@ -145,7 +149,7 @@ class LocalStack:
             inits = pool.submit(self._start_functions)
             if self._owns_services:
                 self.services.wait_ready()
-            provisioner = Provisioner(self.template, self.clients)
+            provisioner = self._provisioner = Provisioner(self.template, self.clients)
             self.report.provisioning = provisioner.provision(self.options.seed_file)
             inits.result()
         self._queue_urls = {q: provisioner.queue_url(q) for q in self.template.of_type("AWS::SQS::Queue")}
@@ -175,6 +179,23 @@ class LocalStack:
         self._pollers.clear()
         if self._owns_services:
             self.services.stop()
+        else:
+            self._drop_tables()
+
+    def _drop_tables(self) -> None:
+        """Delete the tables this stack created in services it borrowed (tests and chaos runs share them).
+
+        DynamoDB Local runs every TTL sweep on one pool of 10 threads, each sweep 20 items a page with
+        10 s between pages: tables left behind by finished stacks would starve the live ones' sweeps.
+        """
+        if self._provisioner is None:
+            return
+        dynamodb = self.clients.dynamodb()
+        # Only the tables it created: another stack of the same name may be using existing ones.
+        for logical_id in self._provisioner.created_tables:
+            # Not there (a failed start) or the services are already gone: nothing to drop.
+            with contextlib.suppress(ClientError, BotoCoreError):
+                dynamodb.delete_table(TableName=self.template.physical_name(logical_id))
 
     # --- parts ------------------------------------------------------------------------------------
     def _api_stages(self) -> dict[str, str]:

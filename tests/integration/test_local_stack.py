@@ -31,7 +31,9 @@ from tests.support import load_event
 
 HTTP_TIMEOUT = 10
 STREAM_SECONDS = 15
-TTL_SECONDS = 30
+# DynamoDB Local sweeps a TTL table 20 items a page, 10 s between pages, on a pool of 10 threads that
+# every table's sweep shares: usually seconds, but never promised (and in AWS, up to days).
+TTL_SECONDS = 90
 
 
 # --- helpers ------------------------------------------------------------------------------------------
@@ -287,7 +289,7 @@ def test_ttl_deletions_arrive_as_lambda_delivers_them(probe_stack: LocalStack) -
     key = f"ttl#{uuid.uuid4().hex[:10]}"
     expired = {"PK": {"S": key}, "expiresAt": {"N": str(int(time.time()) - 60)}}
     probe_stack.clients.dynamodb().put_item(
-        TableName=probe_stack.template.physical_name("ProbeTable"), Item=expired
+        TableName=probe_stack.template.physical_name("ProbeTtlTable"), Item=expired
     )
 
     def removal() -> dict[str, Any] | None:
@@ -445,6 +447,10 @@ def test_the_batch_size_comes_from_the_template(
         stop_stack(edited)
 
     assert sizes == {"probe": 3, "batch": 5}
+    # A stack that borrowed the services drops its tables: the shared DynamoDB Local's TTL sweeps stay live.
+    tables = probe_stack.clients.dynamodb().list_tables()["TableNames"]
+    assert [t for t in tables if t.startswith("batch-")] == []
+    assert "probe-ProbeTable" in tables
 
 
 # --- start-up -----------------------------------------------------------------------------------------
