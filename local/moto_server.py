@@ -7,6 +7,9 @@ on work that gives the same answer every time:
   grammar tables included) to read the target's input paths; the parsed expressions are cached here.
 - Request routing: every request lists moto's package directory and tries hundreds of URL patterns,
   under a lock that serialises the server's threads; the answer per host is cached here.
+- SQS: every receive reads the clock through datetime arithmetic for each message in the queue, and
+  computes all queue attributes (three scans) per received message to read its retention period;
+  the clock is read with time.time() and the retention period directly here.
 - Werkzeug writes an access-log line per request; only warnings and errors are logged here.
 Each change is skipped (and said so in the log) when the installed moto no longer has the hook, so a
 moto upgrade can make the server slower, never wrong.
@@ -19,6 +22,7 @@ import importlib
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +53,35 @@ def _cache_backend_lookup() -> None:
     DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]
 
 
+def _fast_sqs_clock() -> None:
+    models: Any = importlib.import_module("moto.sqs.models")
+    # Message.visible and .delayed read the clock through datetime arithmetic, once per message in the
+    # queue for every receive and every attribute read; time.time() is the same clock, read cheaply.
+    to_seconds = models.unix_time
+    to_millis = models.unix_time_millis
+
+    def unix_time(dt: Any = None) -> float:
+        return time.time() if dt is None else float(to_seconds(dt))
+
+    def unix_time_millis(dt: Any = None) -> float:
+        return time.time() * 1000.0 if dt is None else float(to_millis(dt))
+
+    models.unix_time = unix_time
+    models.unix_time_millis = unix_time_millis
+
+
+def _direct_sqs_retention_check() -> None:
+    from moto.sqs.models import SQSBackend
+
+    # moto computes every queue attribute (three scans of the queue) to read MessageRetentionPeriod,
+    # once per received message: quadratic in the backlog just when a backlog needs draining.
+    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
+        retention_period = int(self.get_queue(queue_name).message_retention_period)
+        return bool(retention_period + message.sent_timestamp / 1000 > time.time())
+
+    SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period  # type: ignore[method-assign]
+
+
 def _quiet_access_log() -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
@@ -56,6 +89,8 @@ def _quiet_access_log() -> None:
 SPEED_UPS: tuple[Callable[[], None], ...] = (
     _cache_jsonpath_parsing,
     _cache_backend_lookup,
+    _fast_sqs_clock,
+    _direct_sqs_retention_check,
     _quiet_access_log,
 )
 
