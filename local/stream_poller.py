@@ -1,7 +1,8 @@
 """The DynamoDB stream event source mapping, with Lambda's semantics, against DynamoDB Local.
 
-Per shard, in order, one batch at a time: records are read (several times a second), shaped exactly
-as Lambda delivers them, filtered (filtered-out records are dropped for good), batched (BatchSize,
+Per shard, in order, one batch at a time: records are read (10 times a second, and at once after any
+function invocation, since it may have written to the table), shaped exactly as Lambda delivers
+them, filtered (filtered-out records are dropped for good), batched (BatchSize,
 MaximumBatchingWindowInSeconds) and handed to the function. Failures follow Lambda's rules:
 ReportBatchItemFailures checkpoints at the lowest failed sequence number, BisectBatchOnFunctionError
 splits a failing batch (splits do not count as retries), MaximumRetryAttempts and
@@ -149,6 +150,9 @@ class StreamPoller:
         self._finished: set[str] = set()
         self._first_discovery = True
         self._stop = threading.Event()
+        # Set when a function invocation ends: it may have written to the table, so read at once.
+        self._wake = threading.Event()
+        activity.subscribe(self._on_activity)
         self._thread = threading.Thread(target=self._run, name=f"stream-{source.label}", daemon=True)
         self.filtered_out = 0
 
@@ -158,9 +162,21 @@ class StreamPoller:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+    def _on_activity(self, entry: object) -> None:
+        if isinstance(entry, Invocation):
+            self._wake.set()
+
+    def _idle(self) -> None:
+        """Wait for the next poll: the poll interval, or less when an invocation may have written."""
+        if self._wake.wait(POLL_INTERVAL_SECONDS) and not self._stop.is_set():
+            self._wake.clear()
+            for shard in self._shards.values():
+                shard.next_fetch_at = 0.0
 
     def _run(self) -> None:
         try:
@@ -186,7 +202,7 @@ class StreamPoller:
                     self._activity.notice("error", self.source.label, f"stream read failed: {exc}")
                     self._stop.wait(_ERROR_PAUSE_SECONDS)
                 if not progressed:
-                    self._stop.wait(POLL_INTERVAL_SECONDS)
+                    self._idle()
         except Exception as exc:
             self._activity.notice("error", self.source.label, f"stream poller stopped: {exc!r}")
             raise
