@@ -165,8 +165,8 @@ class NotificationCapture:
         self._lock = threading.Lock()
         self.messages: list[dict[str, Any]] = []
         self.unreadable: list[str] = []
-        url = stack.capture_queue_url(topic)
-        self._drainer = _Drainer(stack.clients.sqs(), url, "chaos-notifications", self._on_message)
+        self.queue_url = stack.capture_queue_url(topic)
+        self._drainer = _Drainer(stack.clients.sqs(), self.queue_url, "chaos-notifications", self._on_message)
 
     def start(self) -> None:
         self._drainer.start()

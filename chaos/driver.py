@@ -124,7 +124,7 @@ class Driver:
         self.counters: Counter[str] = Counter()
         self.outcomes: list[OrderOutcome] = []
         self._later: list[tuple[float, int, OrderOutcome]] = []
-        self._pending: list[Future[None]] = []
+        self._submitted: list[Future[None]] = []
 
     def _session(self) -> requests.Session:
         session: requests.Session | None = getattr(self._local, "session", None)
@@ -214,30 +214,35 @@ class Driver:
         order_id = sorted(outcome.order_ids)[0]
         outcome.cancel_answers.extend(self._ask("POST", f"/orders/{order_id}/cancel"))
 
-    def run(self, plan: list[OrderScript], on_progress: Any = None) -> list[OrderOutcome]:
-        """Send every script; returns when every request (cancels included) has its final answer."""
+    def run(
+        self, plan: list[OrderScript], on_progress: Any = None, rate: float | None = None
+    ) -> list[OrderOutcome]:
+        """Send every script (at most `rate` creates a second); returns when every request has its answer."""
         self.outcomes = [OrderOutcome(s) for s in plan]
+        began = time.monotonic()
         with ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="client") as pool:
-            futures = []
+            active: list[Future[None]] = []
             for index, outcome in enumerate(self.outcomes):
-                futures.append(pool.submit(self._create, outcome))
-                self._submit_due_cancels(pool, futures)
+                due = began + index / rate if rate else 0.0
+                # Keep the queue short so cancels scheduled "later" are not stuck behind every create.
+                while len(active) >= 2 * self._workers or time.monotonic() < due:
+                    self._submit_due_cancels(pool, active)
+                    active = [f for f in active if not f.done()]
+                    time.sleep(0.01)
+                active.append(pool.submit(self._create, outcome))
+                self._submitted.append(active[-1])
                 if on_progress is not None:
                     on_progress(index, outcome)
-                # Keep the queue short so cancels scheduled "later" are not stuck behind every create.
-                while sum(not f.done() for f in futures) > 2 * self._workers:
-                    time.sleep(0.01)
-                    self._submit_due_cancels(pool, futures)
             while True:
-                self._submit_due_cancels(pool, futures)
-                settled = all(f.done() for f in futures)  # first: a finished create schedules no cancel
+                self._submit_due_cancels(pool, active)
+                active = [f for f in active if not f.done()]  # first: a finished create schedules no cancel
                 with self._lock:
                     waiting = bool(self._later)
-                if settled and not waiting:
+                if not active and not waiting:
                     break
                 time.sleep(0.05)
-            for future in futures:
-                future.result()
+        for future in self._submitted:
+            future.result()  # a bug in the client side surfaces here
         return self.outcomes
 
     def _submit_due_cancels(self, pool: ThreadPoolExecutor, futures: list[Future[None]]) -> None:
@@ -248,3 +253,4 @@ class Driver:
                     return
                 _, _, outcome = heapq.heappop(self._later)
             futures.append(pool.submit(self._cancel, outcome))
+            self._submitted.append(futures[-1])

@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 from chaos import poison
 from chaos.bus import BusCapture, DuplicateRoute, Duplicator, NotificationCapture, queue_depth
-from chaos.check import Check, Evidence, collect, evaluate, read_dlq, stream_range_keys
+from chaos.check import DEATH_ERRORS, Check, Evidence, collect, evaluate, read_dlq, stream_range_keys
 from chaos.driver import Driver, OrderOutcome, OrderScript, scripts, stock_for
 from chaos.ledger import Ledger
 from chaos.plan import (
@@ -48,6 +49,7 @@ from chaos.plan import (
     FunctionPlan,
     Plan,
 )
+from local.activity import Invocation
 from local.event_sources import read_event_sources
 from local.services import LocalServices
 from local.stack import LocalStack, StackOptions
@@ -74,6 +76,9 @@ class ChaosConfig:
     orders: int = 200
     seed: int = 7
     workers: int = 6
+    # Orders created per second at most. The local pipeline (one moto process for EventBridge, SQS and
+    # SNS) sustains about 4 on 2 cores; faster, moto itself times out and the run measures overload.
+    rate: float | None = 4.0
     client_timeout_seconds: float = 3.0
     drain_timeout_seconds: float | None = None  # None: from the number of orders
     max_receive_count: int | None = None  # None: the template's ConsumerMaxReceiveCount
@@ -210,11 +215,20 @@ class Run:
             },
         )
         self.stack = LocalStack(self.template, options, services=services)
+        # Function errors as the runtime saw them (injected or not), for the report and the checks.
+        self.function_errors: Counter[tuple[str, str]] = Counter()
+        self._errors_lock = threading.Lock()
+        self.stack.activity.subscribe(self._on_activity)
         self.poison_items: list[poison.PoisonItem] = []
         self.malformed: list[poison.MalformedMessage] = []
         self.timings: dict[str, float] = {}
         self.client_counters: dict[str, int] = {}
         self.drained = False
+
+    def _on_activity(self, entry: object) -> None:
+        if isinstance(entry, Invocation) and entry.result.error is not None:
+            with self._errors_lock:
+                self.function_errors[(entry.function, entry.result.error.error_type)] += 1
 
     def say(self, message: str) -> None:
         if not self.config.quiet:
@@ -295,7 +309,7 @@ class Run:
                 last[0] = time.monotonic()
                 self.say(f"driving: {index + 1}/{len(plan)} orders sent, {dict(driver.counters)}")
 
-        outcomes = driver.run(plan, progress)
+        outcomes = driver.run(plan, progress, rate=self.config.rate)
         self.timings["drive_seconds"] = time.monotonic() - started
         self.client_counters = dict(driver.counters)
         self.say(f"driven in {self.timings['drive_seconds']:.1f} s: {self.client_counters}")
@@ -344,6 +358,9 @@ class Run:
         busy = {q: n for q, n in in_queues.items() if n}
         if busy or duplicator.held():
             reasons.append(f"in queues {busy}, held duplicates {duplicator.held()}")
+        backlog = queue_depth(sqs, capture.queue_url) + queue_depth(sqs, notifications.queue_url)
+        if backlog:
+            reasons.append(f"{backlog} captured messages not read yet")
         relay_dlq = queue_depth(sqs, self.stack.queue_url(topology.relay_dlq))
         if relay_dlq < len(self.poison_items):
             reasons.append(f"relay DLQ {relay_dlq}/{len(self.poison_items)}")
@@ -412,7 +429,17 @@ class Run:
             relay_dlq_keys=relay_keys,
             consumer_dlqs=consumer_dlqs,
             harness_errors=capture.errors + notifications.errors + duplicator.errors,
+            deaths=self._deaths(),
         )
+
+    def _deaths(self) -> dict[str, int]:
+        with self._errors_lock:
+            errors = dict(self.function_errors)
+        deaths: Counter[str] = Counter()
+        for (function, error_type), count in errors.items():
+            if error_type in DEATH_ERRORS:
+                deaths[function] += count
+        return dict(deaths)
 
     def _report(self, evidence: Evidence, checks: list[Check], duplicator: Duplicator) -> dict[str, Any]:
         by_name = {check.name: check for check in checks}
@@ -450,6 +477,8 @@ class Run:
             },
             "faults": dict(sorted(faults.items())),
             "faults_by_function": {f: dict(sorted(c.items())) for f, c in sorted(by_function.items())},
+            "function_errors": {f"{f} {t}": n for (f, t), n in sorted(self.function_errors.items())},
+            "uninjected_deaths": {f: n for f in sorted(ROLES) if (n := evidence.uninjected_deaths(f))},
             "client": dict(sorted(self.client_counters.items())),
             "summary": {
                 "lost": by_name["no_lost_events"].figures["lost"],
@@ -461,6 +490,7 @@ class Run:
                 ),
                 "notification_window_duplicates": notes["window_duplicates"],
                 "notification_window_crashes_injected": notes["window_crashes_injected"],
+                "notification_repeats_after_uninjected_deaths": notes["repeats_after_uninjected_deaths"],
                 "relay_dlq": by_name["dead_letters_exact"].figures["relay_dlq_poison_records"],
                 "consumer_dlqs": by_name["dead_letters_exact"].figures["consumer_dlq_messages"],
             },

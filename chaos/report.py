@@ -48,6 +48,11 @@ def render(report: dict[str, Any]) -> str:
             f"{summary['notification_window_duplicates']} "
             f"(crashes injected there: {summary['notification_window_crashes_injected']})",
         ),
+        _row(
+            "repeats after deaths nobody injected",
+            f"{summary['notification_repeats_after_uninjected_deaths']} "
+            f"(uninjected deaths: {report['uninjected_deaths'] or 'none'})",
+        ),
         _row("relay DLQ: poison records", summary["relay_dlq"]),
         _row("consumer DLQs", summary["consumer_dlqs"]),
     ]
