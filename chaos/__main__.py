@@ -9,6 +9,7 @@ Settings from the environment, as the Makefile passes them:
     ORDERS=200        orders to place
     SEED=7            seed of every random decision (faults, orders, duplicates)
     WORKERS=6         concurrent HTTP clients
+    RATE=4            orders created per second at most (0: as fast as the clients go)
     DRAIN_TIMEOUT=    seconds to wait for the pipeline to drain (default: max(240, 0.6 x ORDERS))
     MAX_RECEIVES=     the consumer queues' maxReceiveCount (default: the template's)
 Exit status: 0 when every invariant holds, 1 when one fails, 2 when the run could not be made.
@@ -44,6 +45,7 @@ def config_from_env() -> ChaosConfig:
         orders=_env_int("ORDERS", 200) or 200,
         seed=_env_int("SEED", 7) or 0,
         workers=_env_int("WORKERS", 6) or 6,
+        rate=float(_env_int("RATE", 4) or 0) or None,
         drain_timeout_seconds=float(drain) if drain else None,
         max_receive_count=_env_int("MAX_RECEIVES", None),
     )
