@@ -1,7 +1,7 @@
 """The DynamoDB stream event source mapping, with Lambda's semantics, against DynamoDB Local.
 
-Per shard, in order, one batch at a time: records are read (10 times a second, and at once after any
-function invocation, since it may have written to the table), shaped exactly as Lambda delivers
+Per shard, in order, one batch at a time: records are read (4 times a second as Lambda does, and at once
+after any function invocation, since it may have written to the table), shaped exactly as Lambda delivers
 them, filtered (filtered-out records are dropped for good), batched (BatchSize,
 MaximumBatchingWindowInSeconds) and handed to the function. Failures follow Lambda's rules:
 ReportBatchItemFailures checkpoints at the lowest failed sequence number, BisectBatchOnFunctionError
@@ -33,8 +33,9 @@ from local.template import ACCOUNT, REGION
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
-# Lambda polls each shard 4 times a second; polling faster only lowers local latency.
-POLL_INTERVAL_SECONDS = 0.1
+# Lambda polls each shard 4 times a second. Writes made by the stack's functions are read sooner: the
+# end of any invocation wakes the pollers (see StreamPoller._idle).
+POLL_INTERVAL_SECONDS = 0.25
 DISCOVERY_INTERVAL_SECONDS = 1.0
 _GET_RECORDS_LIMIT = 1000
 _MAX_BACKOFF_SECONDS = 2.0
