@@ -6,6 +6,7 @@ Settings come from the environment, as the Makefile passes them:
     DYNAMODB_PORT, MOTO_PORT   fixed service ports (default: any free port)
     LOGS=1             also print the functions' own log lines
     FRESH_WORKERS=1    start each function in a fresh interpreter instead of forking the fork server
+    LOCAL_MAX_CONCURRENCY=4   execution environments per function (unless the template reserves some)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from local.console import Console
+from local.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
 from local.invoke import invoke, write_state
 from local.processes import StartupError
 from local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
@@ -29,12 +31,15 @@ STATE_FILE = DEFAULT_DATA_DIR / "stack.json"
 _WATCH_SECONDS = 0.5
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
     raw = os.environ.get(name, "")
     try:
-        return int(raw) if raw else default
+        value = int(raw) if raw else default
     except ValueError:
         raise SystemExit(f"error: {name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise SystemExit(f"error: {name} must be at least {minimum}, got {value}")
+    return value
 
 
 def _options() -> StackOptions:
@@ -45,6 +50,7 @@ def _options() -> StackOptions:
         persist=os.environ.get("PERSIST", "") not in {"", "0"},
         echo_function_logs=os.environ.get("LOGS", "") not in {"", "0"},
         fork_server=os.environ.get("FRESH_WORKERS", "") in {"", "0"},
+        max_concurrency=_env_int(MAX_CONCURRENCY_VARIABLE, DEFAULT_MAX_CONCURRENCY, minimum=1),
     )
 
 

@@ -43,7 +43,7 @@ _BATCH_WRITE_ATTEMPTS = 5
 
 # Resource types another part of the local stack stands in for.
 EMULATED_TYPES = {
-    "AWS::Serverless::Function": "a local worker process",
+    "AWS::Serverless::Function": "local worker processes (execution environments on demand)",
     "AWS::Serverless::LayerVersion": "its folder on the functions' import path",
     "AWS::Lambda::LayerVersion": "its folder on the functions' import path",
     "AWS::Serverless::Api": "the local HTTP server (authorization not enforced)",

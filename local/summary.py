@@ -105,6 +105,10 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
         settings = f"batch {queue.batch_size}, window {queue.batching_window_seconds:g} s"
         if queue.report_batch_item_failures:
             settings += ", partial batch responses"
+        runtime = stack.functions.get(queue.function)
+        if runtime is not None:
+            limits = [runtime.max_concurrency, queue.maximum_concurrency or runtime.max_concurrency]
+            settings += f", up to {min(limits)} batches at once"
         lines.append(f"  {queue.queue} → {short_name(queue.function)}  {dim(settings)}")
     for note in sources.not_emulated:
         lines.append(console.paint(f"  not emulated locally: {note}", _YELLOW))
@@ -125,6 +129,15 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
     lines.append(f"  DynamoDB Local                {endpoints.dynamodb}  {dim(storage)}")
     lines.append(f"  moto (EventBridge, SQS, SNS)  {endpoints.moto}")
     lines.append(f"  function logs                 {_relative(stack.options.log_dir)}/<LogicalId>.log")
+    reserved = {
+        short_name(name): runtime.max_concurrency
+        for name, runtime in stack.functions.items()
+        if runtime.spec.reserved_concurrency is not None
+    }
+    concurrency = f"up to {stack.options.max_concurrency} execution environments per function"
+    if reserved:
+        concurrency += " (reserved: " + ", ".join(f"{n} {c}" for n, c in reserved.items()) + ")"
+    lines.append(f"  functions                     {dim(concurrency)}")
     for topic, url in provisioning.capture_queues.items():
         lines.append(f"  published to {topic}: {dim(url)}")
 
