@@ -311,14 +311,19 @@ class ApiServer:
                 answer = server.handle(
                     self.command, self.path, list(self.headers.items()), body, self.client_address[0]
                 )
-                self.send_response(answer.status)
-                for name, value in answer.headers:
-                    if name.lower() not in {"content-length", "connection"}:
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(answer.body)
+                try:
+                    self.send_response(answer.status)
+                    for name, value in answer.headers:
+                        if name.lower() not in {"content-length", "connection"}:
+                            self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(answer.body)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(answer.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The client hung up (a client timeout): as behind API Gateway, the function has run
+                    # and its effects stand; only the answer is lost.
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
 
