@@ -22,6 +22,7 @@ from chaos.plan import (
     CRASH_AFTER_PUBLISH,
     CRASH_AFTER_WRITE,
     CRASH_BEFORE_WRITE,
+    OBSERVED_PUBLISH_RESPONSE_LOST,
     RELAY_CRASH_AFTER_PUT,
 )
 from chaos.poison import MalformedMessage, PoisonItem
@@ -252,6 +253,10 @@ class Evidence:
     # Invocations that ended with the environment dying (crash or timeout), by function: injected or not.
     deaths: dict[str, int] = field(default_factory=dict)
 
+    def lost_publish_responses(self) -> int:
+        """Publish attempts of the notifier that ended without an answer (observed, not injected)."""
+        return sum(1 for entry in self.ledger if entry["kind"] == OBSERVED_PUBLISH_RESPONSE_LOST)
+
     def uninjected_deaths(self, function: str) -> int:
         injected = sum(
             1 for entry in self.ledger if entry["function"] == function and entry["kind"] in DEATH_KINDS
@@ -442,13 +447,19 @@ def _notifications(evidence: Evidence) -> Check:
         elif count < expected:
             check.fail(f"event {event_id}: {count} notifications after {window[event_id]} window crash(es)")
         window_duplicates += min(count, expected) - 1 if count else 0
-    # An environment that died on its own (a timeout under load) in the same window repeats at most one
-    # notification: such repeats are explained by the deaths observed, and reported; any more fail.
-    natural = evidence.uninjected_deaths(NOTIFIER)
+    # An environment that died on its own (a timeout under load) in the same window, or a Publish whose
+    # answer was lost (the SDK retries it), repeats at most one notification: such repeats are explained
+    # by what was observed, and reported; any more fail.
+    deaths = evidence.uninjected_deaths(NOTIFIER)
+    lost_answers = evidence.lost_publish_responses()
+    natural = deaths + lost_answers
     unexplained = max(0, excess - natural)
     if unexplained:
         for line in excess_events:
-            check.fail(f"{line} ({natural} uninjected death(s) of {NOTIFIER} observed)")
+            check.fail(
+                f"{line} ({deaths} uninjected death(s) of {NOTIFIER}, "
+                f"{lost_answers} lost Publish answer(s) observed)"
+            )
     for event_id, count in evidence.notifications.items():
         if event_id not in notifiable:
             check.fail(
@@ -462,7 +473,8 @@ def _notifications(evidence: Evidence) -> Check:
         window_duplicates=window_duplicates,
         window_crashes_injected=sum(window.values()),
         repeats_after_uninjected_deaths=excess - unexplained,
-        uninjected_notifier_deaths=natural,
+        uninjected_notifier_deaths=deaths,
+        lost_publish_responses=lost_answers,
         unexplained_duplicates=unexplained,
         missing=missing,
     )

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from botocore.client import BaseClient
-from botocore.exceptions import ClientError, ReadTimeoutError
+from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from chaos.ledger import Ledger
 from chaos.plan import (
@@ -55,6 +55,7 @@ from chaos.plan import (
     CRASH_AFTER_WRITE,
     CRASH_BEFORE_WRITE,
     NOTIFIER,
+    OBSERVED_PUBLISH_RESPONSE_LOST,
     PLAN_ENV,
     RELAY,
     RELAY_CALL_ERROR,
@@ -282,6 +283,7 @@ class Injector:
             if tables & set(self.plan.business_tables):
                 return self._effect(original, client, operation, params, CRASH_AFTER_WRITE)
         if role == NOTIFIER and service == "sns" and operation == "Publish":
+            self._watch_lost_responses(client)
             return self._effect(original, client, operation, params, CRASH_AFTER_PUBLISH)
         if (
             role in {CONSUMER, NOTIFIER}
@@ -292,6 +294,26 @@ class Injector:
         ):
             return self._completion(original, client, operation, params)
         return original(client, operation, params)
+
+    def _watch_lost_responses(self, client: BaseClient) -> None:
+        """Record each Publish attempt that ended without a response (the SDK then retries it)."""
+        if getattr(client, "_chaos_watched", False):
+            return
+        setattr(client, "_chaos_watched", True)  # noqa: B010 - a mark on a botocore client
+
+        def on_attempt_end(caught_exception: Exception | None = None, **_: Any) -> None:
+            # Sent, maybe received, no answer (a refused connection sent nothing: not counted).
+            if isinstance(caught_exception, (ReadTimeoutError, ConnectionClosedError)):
+                event_id, message_id = self.batch.current_ids() if self.batch else (None, None)
+                self._record(
+                    OBSERVED_PUBLISH_RESPONSE_LOST,
+                    "Publish",
+                    event_ids=[event_id] if event_id else [],
+                    message_id=message_id,
+                    error=type(caught_exception).__name__,
+                )
+
+        client.meta.events.register_first("needs-retry.sns.Publish", on_attempt_end)
 
     # --- the order API --------------------------------------------------------------------------
     def _api(self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]) -> Any:

@@ -38,6 +38,7 @@ from chaos.plan import (
     CRASH_AFTER_WRITE,
     CRASH_BEFORE_WRITE,
     NOTIFIER,
+    OBSERVED_PUBLISH_RESPONSE_LOST,
     RELAY,
     RELAY_CALL_ERROR,
     RELAY_CRASH_AFTER_PUT,
@@ -443,9 +444,10 @@ class Run:
 
     def _report(self, evidence: Evidence, checks: list[Check], duplicator: Duplicator) -> dict[str, Any]:
         by_name = {check.name: check for check in checks}
-        faults: Counter[str] = Counter(entry["kind"] for entry in evidence.ledger)
+        injected = [entry for entry in evidence.ledger if entry["kind"] != OBSERVED_PUBLISH_RESPONSE_LOST]
+        faults: Counter[str] = Counter(entry["kind"] for entry in injected)
         by_function: dict[str, Counter[str]] = {}
-        for entry in evidence.ledger:
+        for entry in injected:
             by_function.setdefault(entry["function"], Counter())[entry["kind"]] += 1
         snapshot = evidence.snapshot
         tables = Counter(r.table for r in snapshot.outbox if r.envelope is not None)
@@ -491,6 +493,7 @@ class Run:
                 "notification_window_duplicates": notes["window_duplicates"],
                 "notification_window_crashes_injected": notes["window_crashes_injected"],
                 "notification_repeats_after_uninjected_deaths": notes["repeats_after_uninjected_deaths"],
+                "lost_publish_responses_observed": notes["lost_publish_responses"],
                 "relay_dlq": by_name["dead_letters_exact"].figures["relay_dlq_poison_records"],
                 "consumer_dlqs": by_name["dead_letters_exact"].figures["consumer_dlq_messages"],
             },

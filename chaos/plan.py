@@ -33,6 +33,9 @@ CRASH_AFTER_WRITE = "consumer.crash_after_write"
 CRASH_AFTER_COMPLETE = "consumer.crash_after_complete"
 CONSUMER_TIMEOUT = "consumer.timeout"
 CRASH_AFTER_PUBLISH = "notification.crash_after_publish"
+# Not injected: observed. A Publish whose response was lost (the SDK retries it, or the message is
+# retried) may have reached the topic: the same window as CRASH_AFTER_PUBLISH, opened by the machine.
+OBSERVED_PUBLISH_RESPONSE_LOST = "observed.publish_response_lost"
 # Injected by the harness (parent process).
 BUS_DUPLICATE = "bus.duplicate"
 POISON_OUTBOX_ITEM = "poison.outbox_item"

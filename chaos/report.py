@@ -49,9 +49,10 @@ def render(report: dict[str, Any]) -> str:
             f"(crashes injected there: {summary['notification_window_crashes_injected']})",
         ),
         _row(
-            "repeats after deaths nobody injected",
+            "repeats after deaths or lost answers nobody injected",
             f"{summary['notification_repeats_after_uninjected_deaths']} "
-            f"(uninjected deaths: {report['uninjected_deaths'] or 'none'})",
+            f"(uninjected deaths: {report['uninjected_deaths'] or 'none'}; "
+            f"lost Publish answers: {summary.get('lost_publish_responses_observed', 0)})",
         ),
         _row("relay DLQ: poison records", summary["relay_dlq"]),
         _row("consumer DLQs", summary["consumer_dlqs"]),

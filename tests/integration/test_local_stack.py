@@ -296,7 +296,21 @@ def test_ttl_deletions_arrive_as_lambda_delivers_them(probe_stack: LocalStack) -
         records = [r for _, r in deliveries(probe_stack, "ProbeStreamFunction", key)]
         return next((r for r in records if r["eventName"] != "INSERT"), None)
 
-    record = probe_stack.wait_for(removal, TTL_SECONDS, "the TTL deletion record")
+    def swept() -> bool:
+        return "Item" not in probe_stack.clients.dynamodb().get_item(
+            TableName=probe_stack.template.physical_name("ProbeTtlTable"),
+            Key={"PK": {"S": key}},
+            ConsistentRead=True,
+        )
+
+    try:
+        probe_stack.wait_for(swept, TTL_SECONDS, "DynamoDB Local's TTL sweep")
+    except TimeoutError:
+        # Seen on a machine at load average 17: DynamoDB Local's timing, not the stack's to keep.
+        # tests/unit/test_local_stream_records.py covers the translation without it.
+        pytest.skip(f"DynamoDB Local had not deleted the expired item after {TTL_SECONDS} s")
+    # Once the item is gone its stream record is the poller's to deliver: that wait is the stack's.
+    record = probe_stack.wait_for(removal, STREAM_SECONDS, "the TTL deletion record")
 
     assert record["eventName"] == "REMOVE"
     assert record["userIdentity"] == {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
