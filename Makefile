@@ -85,7 +85,10 @@ test-integration: $(STAMP) $(NODE_STAMP) build ## integration tests against Dyna
 test-e2e: $(STAMP) ## tests against a deployed stack (skipped without AWS credentials)
 	$(PYTEST) tests/e2e
 
-test: lint test-unit test-integration test-e2e ## everything CI checks
+# One pytest session over every suite, so the run's closing line counts every test (CI reads it);
+# test-unit / test-integration / test-e2e remain for running one layer.
+test: lint build $(NODE_STAMP) ## everything CI checks: lint, then unit, integration and e2e tests in one pytest session
+	$(PYTEST) tests/unit tests/integration tests/e2e
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
 	$(BIN)/sam deploy $(ARGS)
@@ -104,9 +107,12 @@ clean: ## remove build output and caches (keeps .venv and .venv-scan)
 # --- operations (see README "Redrive and replay") -----------------------------------------------------
 ADMIN := $(BIN)/python scripts/outbox_admin.py $(if $(STACK),--stack-name $(STACK))
 
-.PHONY: redrive replay seed
+.PHONY: redrive redrive-poison replay seed
 redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name>)
 	$(ADMIN) redrive
+
+redrive-poison: $(STAMP) ## republish records the relay parked, once they decode (STACK=<stack name>)
+	$(ADMIN) redrive-poison
 
 replay: $(STAMP) ## republish outbox events (STACK=, FROM= TO= or EVENT_ID=)
 	$(ADMIN) replay $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(EVENT_ID),--event-id $(EVENT_ID))
