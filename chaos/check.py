@@ -26,6 +26,7 @@ from chaos.plan import (
     RELAY_CRASH_AFTER_PUT,
 )
 from chaos.poison import MalformedMessage, PoisonItem
+from local.api import local_caller_arn
 from local.stack import LocalStack
 from shop import keys
 from shop.inventory import INVENTORY_REJECTED, INVENTORY_RELEASED, INVENTORY_RESERVED
@@ -338,7 +339,8 @@ def _orders_created_once(evidence: Evidence) -> Check:
             check.fail(f"order {order_id} is named by {referenced[order_id]} Idempotency-Key records")
     replays = 0
     for outcome in evidence.outcomes:
-        request_pk = keys.request_key(outcome.script.key)[keys.PK]["S"]
+        # The driver sends no X-Local-Caller: every request is the local API's default caller.
+        request_pk = keys.request_key(local_caller_arn(), outcome.script.key)[keys.PK]["S"]
         committed = keyed.get(request_pk)
         if outcome.order_ids and {committed} != outcome.order_ids:
             check.fail(

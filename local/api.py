@@ -3,7 +3,10 @@
 Each request becomes the proxy event (version 1.0) the function gets in the cloud, and the function's
 answer becomes the HTTP response. Paths work with or without the stage prefix (/orders and
 /dev/orders); requestContext.path is the path the client used, as with the execute-api domain.
-Authorization is not enforced locally.
+Authorization is not enforced locally, but every request gets the identity of an IAM user, as a
+SigV4-signed request does behind AWS_IAM auth: requestContext.identity.userArn is
+arn:aws:iam::<account>:user/<name>, the name taken from the X-Local-Caller header (default local-user).
+Functions that scope data to the caller (the order API's Idempotency-Key) can so be tried with several.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ from local.template import ACCOUNT
 _PARAMETER = re.compile(r"\{([^}]+)\}")
 _MISSING_TOKEN = {"message": "Missing Authentication Token"}
 _INTERNAL_ERROR = {"message": "Internal server error"}
+LOCAL_CALLER_HEADER = "X-Local-Caller"
+DEFAULT_LOCAL_CALLER = "local-user"
+
+
+def local_caller_arn(name: str = DEFAULT_LOCAL_CALLER) -> str:
+    """The IAM user ARN the local API gives a request from caller `name`."""
+    return f"arn:aws:iam::{ACCOUNT}:user/{name}"
 
 
 class RouteConflict(ValueError):
@@ -144,6 +154,7 @@ def proxy_event(
         text, is_base64 = base64.b64encode(body).decode(), True
     now = time.time()
     request_id = str(uuid.uuid4())
+    caller = next((v for k, v in headers.items() if k.lower() == LOCAL_CALLER_HEADER.lower()), "")
     return {
         "resource": route.route.path,
         "path": resource_path,
@@ -170,14 +181,14 @@ def proxy_event(
             "domainName": headers.get("Host", LOOPBACK),
             "identity": {
                 "cognitoIdentityPoolId": None,
-                "accountId": None,
+                "accountId": ACCOUNT,
                 "cognitoIdentityId": None,
                 "caller": None,
                 "accessKey": None,
                 "sourceIp": source_ip,
                 "cognitoAuthenticationType": None,
                 "cognitoAuthenticationProvider": None,
-                "userArn": None,
+                "userArn": local_caller_arn(caller.strip() or DEFAULT_LOCAL_CALLER),
                 "userAgent": headers.get("User-Agent"),
                 "user": None,
             },

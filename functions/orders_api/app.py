@@ -32,7 +32,7 @@ from shop.errors import (
 )
 from shop.observability import logger, metrics, tracer
 from shop.order_repository import DynamoOrderRepository
-from shop.orders import OrderService
+from shop.orders import ANONYMOUS_CALLER, OrderService
 
 app = APIGatewayRestResolver(enable_validation=True)
 
@@ -79,6 +79,18 @@ def correlation_id_of(event: dict[str, Any]) -> str:
     if given and _HEADER_TOKEN.match(given):
         return given
     return str((event.get("requestContext") or {}).get("requestId") or "unknown")
+
+
+def caller_of(event: dict[str, Any]) -> str:
+    """Whose Idempotency-Key namespace a request uses: the IAM principal API Gateway authenticated
+    (AWS_IAM auth): its ARN, else its principal id, else its account. Without authorization
+    (ApiAuthType=NONE) there is no principal, and every caller shares ANONYMOUS_CALLER."""
+    identity = (event.get("requestContext") or {}).get("identity") or {}
+    for field in ("userArn", "caller", "accountId"):
+        value = identity.get(field)
+        if isinstance(value, str) and value:
+            return value
+    return ANONYMOUS_CALLER
 
 
 def reject_unacceptable_body(event: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
@@ -134,6 +146,7 @@ def create_order(body: Annotated[CreateOrderRequest, Body()]) -> Response[Any]:
         body.to_command(),
         idempotency_key=_idempotency_key(),
         correlation_id=app.context["correlation_id"],
+        caller=caller_of(app.current_event.raw_event),
     )
     order_id = placed.order["orderId"]
     headers = {"Location": _location(order_id)}

@@ -3,7 +3,10 @@
 OrdersTable (one item collection per order):
     order            PK=ORDER#<orderId>          SK=ORDER
     its outbox items PK=ORDER#<orderId>          SK=OUTBOX#<sequence:012d>#<eventId>
-    request key      PK=REQUEST#<idempotencyKey> SK=REQUEST   (API Idempotency-Key records)
+    request key      PK=REQUEST#<callerScope>#<idempotencyKey>  SK=REQUEST   (API Idempotency-Key records)
+                     callerScope = first 32 hex digits of sha256(caller): a key is scoped to its caller
+                     (the IAM principal), so two callers never share a record; hashing keeps ARNs out
+                     of keys and bounds the length (8 + 32 + 1 + at most 255 characters)
 
 InventoryTable:
     stock of a SKU   PK=SKU#<sku>                SK=STOCK
@@ -17,6 +20,7 @@ Outbox items of any table also carry the sparse time index used by replay:
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -50,8 +54,14 @@ def order_key(order_id: str) -> Key:
     return _key(order_partition(order_id), "ORDER")
 
 
-def request_key(idempotency_key: str) -> Key:
-    return _key(f"{_REQUEST}{idempotency_key}", "REQUEST")
+def caller_scope(caller: str) -> str:
+    """Fixed-length digest of a caller identity (an IAM principal ARN), as used in request keys."""
+    return hashlib.sha256(caller.encode()).hexdigest()[:32]
+
+
+def request_key(caller: str, idempotency_key: str) -> Key:
+    # The scope has a fixed length and ends at the first '#': no two (caller, key) pairs share a PK.
+    return _key(f"{_REQUEST}{caller_scope(caller)}#{idempotency_key}", "REQUEST")
 
 
 # --- InventoryTable ----------------------------------------------------------------------------------

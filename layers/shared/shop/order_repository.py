@@ -104,7 +104,7 @@ class DynamoOrderRepository:
                     "Put": {
                         "TableName": self._table,
                         "Item": {
-                            **keys.request_key(request.idempotency_key),
+                            **keys.request_key(request.caller, request.idempotency_key),
                             "entityType": {"S": "RequestKey"},
                             "fingerprint": {"S": request.fingerprint},
                             "orderId": {"S": request.order_id},
@@ -137,10 +137,10 @@ class DynamoOrderRepository:
         item = response.get("Item")
         return _order_from_item(item) if item else None
 
-    def get_request(self, idempotency_key: str) -> RequestRecord | None:
+    def get_request(self, caller: str, idempotency_key: str) -> RequestRecord | None:
         try:
             response = aws.dynamodb().get_item(
-                TableName=self._table, Key=keys.request_key(idempotency_key), ConsistentRead=True
+                TableName=self._table, Key=keys.request_key(caller, idempotency_key), ConsistentRead=True
             )
         except ClientError as exc:
             raise_if_throttled(exc)
@@ -149,6 +149,7 @@ class DynamoOrderRepository:
         if not item or int(item["expiresAt"]["N"]) < time.time():
             return None  # TTL deletion is lazy: an expired record no longer binds the key
         return RequestRecord(
+            caller=caller,
             idempotency_key=idempotency_key,
             fingerprint=item["fingerprint"]["S"],
             order_id=item["orderId"]["S"],

@@ -31,6 +31,9 @@ ORDER_REJECTED = "OrderRejected"
 # plus the reservation and its outbox item leaves room for 98 lines.
 MAX_LINES = 98
 _CANCEL_ATTEMPTS = 3
+# The caller of a request that carries no authenticated principal (an API with ApiAuthType=NONE):
+# all such callers share this one Idempotency-Key namespace.
+ANONYMOUS_CALLER = "anonymous"
 
 
 class OrderStatus(StrEnum):
@@ -147,8 +150,9 @@ class PlaceOrder:
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """What the API remembers of a request made with an Idempotency-Key."""
+    """What the API remembers of a request made with an Idempotency-Key (scoped to its caller)."""
 
+    caller: str
     idempotency_key: str
     fingerprint: str
     order_id: str
@@ -162,7 +166,7 @@ class PlacedOrder:
 
 
 class RequestKeyTaken(Exception):
-    """The Idempotency-Key already has a record (raised by the repository)."""
+    """The caller's Idempotency-Key already has a record (raised by the repository)."""
 
 
 class VersionConflict(Exception):
@@ -172,7 +176,7 @@ class VersionConflict(Exception):
 class OrderRepository(Protocol):
     def create(self, order: Order, event: CloudEvent, request: RequestRecord | None) -> None: ...
     def get(self, order_id: str) -> Order | None: ...
-    def get_request(self, idempotency_key: str) -> RequestRecord | None: ...
+    def get_request(self, caller: str, idempotency_key: str) -> RequestRecord | None: ...
     def save_transition(self, order: Order, expected_version: int, event: CloudEvent) -> None: ...
 
 
@@ -194,8 +198,15 @@ class OrderService:
         self._new_id = new_id
 
     def place_order(
-        self, command: PlaceOrder, *, idempotency_key: str | None, correlation_id: str
+        self,
+        command: PlaceOrder,
+        *,
+        idempotency_key: str | None,
+        correlation_id: str,
+        caller: str = ANONYMOUS_CALLER,
     ) -> PlacedOrder:
+        """Create an order; an Idempotency-Key binds it for its caller only (another caller's key is
+        another key), so a replay or a refusal only ever concerns the caller's own request."""
         at = format_time(self._clock())
         order = Order(
             order_id=self._new_id(),
@@ -211,16 +222,22 @@ class OrderService:
         ensure_publishable(event, self._settings.max_event_bytes)
         request = None
         if idempotency_key is not None:
-            request = RequestRecord(idempotency_key, command.fingerprint(), order.order_id, order.to_dict())
+            request = RequestRecord(
+                caller=caller,
+                idempotency_key=idempotency_key,
+                fingerprint=command.fingerprint(),
+                order_id=order.order_id,
+                response=order.to_dict(),
+            )
         try:
             self._repository.create(order, event, request)
         except RequestKeyTaken:
             assert idempotency_key is not None  # only a request record can be taken
-            return self._replay(idempotency_key, command)
+            return self._replay(caller, idempotency_key, command)
         return PlacedOrder(order.to_dict(), replayed=False)
 
-    def _replay(self, idempotency_key: str, command: PlaceOrder) -> PlacedOrder:
-        previous = self._repository.get_request(idempotency_key)
+    def _replay(self, caller: str, idempotency_key: str, command: PlaceOrder) -> PlacedOrder:
+        previous = self._repository.get_request(caller, idempotency_key)
         if previous is None:
             # The key's transaction is committing concurrently (or just expired): the client retries.
             raise RequestInProgress("a request with this Idempotency-Key is in progress; retry shortly")

@@ -1,0 +1,207 @@
+"""Idempotency-Key is scoped to the caller: one caller's key never reaches another caller's order."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+
+from local.api import DEFAULT_LOCAL_CALLER, RouteTable, local_caller_arn, proxy_event
+from local.event_sources import read_event_sources
+from local.template import ACCOUNT, Template
+from shop import keys
+from shop.orders import ANONYMOUS_CALLER
+from tests.support import header, json_body, load_event, load_handler_module
+
+API = "OrdersApiFunction"
+ALICE = "arn:aws:iam::123456789012:user/alice"
+BOB = "arn:aws:iam::210987654321:assumed-role/Buyer/bob"
+
+
+@pytest.fixture
+def api(aws: None, invoke: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def call(event: dict[str, Any]) -> dict[str, Any]:
+        response = invoke(API, event)
+        assert isinstance(response, dict)
+        return response
+
+    return call
+
+
+@pytest.fixture
+def table_items(template: Template) -> Callable[[], list[dict[str, Any]]]:
+    def scan() -> list[dict[str, Any]]:
+        items = boto3.client("dynamodb").scan(TableName=template.physical_name("OrdersTable"))["Items"]
+        return sorted(items, key=lambda item: (item["PK"]["S"], item["SK"]["S"]))
+
+    return scan
+
+
+def create_event(
+    caller: str | None, key: str = "shared-key-1", quantity: int | None = None
+) -> dict[str, Any]:
+    """POST /orders with an Idempotency-Key, as API Gateway delivers it for `caller` (None: no principal)."""
+    event = load_event("api_create_order.json")
+    event["headers"]["Idempotency-Key"] = key
+    event["multiValueHeaders"]["Idempotency-Key"] = [key]
+    event["requestContext"]["identity"]["userArn"] = caller
+    if quantity is not None:
+        body = json.loads(event["body"])
+        body["items"][0]["quantity"] = quantity
+        event["body"] = json.dumps(body)
+    return event
+
+
+def request_records(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [item for item in items if item["SK"]["S"] == "REQUEST"]
+
+
+def test_two_callers_with_the_same_key_and_body_get_two_orders(api, table_items):
+    alice = api(create_event(ALICE))
+    bob = api(create_event(BOB))
+
+    assert alice["statusCode"] == bob["statusCode"] == 201
+    assert json_body(alice)["orderId"] != json_body(bob)["orderId"]
+    assert header(alice, "Idempotent-Replayed") is None
+    assert header(bob, "Idempotent-Replayed") is None
+    items = table_items()
+    assert len([i for i in items if i["SK"]["S"] == "ORDER"]) == 2
+    records = request_records(items)
+    assert {r["PK"]["S"] for r in records} == {
+        keys.request_key(ALICE, "shared-key-1")[keys.PK]["S"],
+        keys.request_key(BOB, "shared-key-1")[keys.PK]["S"],
+    }
+    assert {r["orderId"]["S"] for r in records} == {json_body(alice)["orderId"], json_body(bob)["orderId"]}
+
+
+def test_another_callers_key_with_a_different_body_creates_the_callers_own_order(api):
+    alice = json_body(api(create_event(ALICE)))
+
+    bob = api(create_event(BOB, quantity=7))
+
+    assert bob["statusCode"] == 201
+    assert header(bob, "Idempotent-Replayed") is None
+    assert json_body(bob)["orderId"] != alice["orderId"]
+    assert json_body(bob)["items"][0]["quantity"] == 7
+    assert alice["orderId"] not in bob["body"]
+
+
+def test_the_same_caller_retrying_still_gets_its_own_order_replayed(api, table_items):
+    alice_first = api(create_event(ALICE))
+    bob_first = api(create_event(BOB))
+    before = table_items()
+
+    alice_again = api(create_event(ALICE))
+    bob_again = api(create_event(BOB))
+
+    assert header(alice_again, "Idempotent-Replayed") == header(bob_again, "Idempotent-Replayed") == "true"
+    assert json_body(alice_again) == json_body(alice_first)
+    assert json_body(bob_again) == json_body(bob_first)
+    assert json_body(alice_first)["orderId"] != json_body(bob_first)["orderId"]
+    assert table_items() == before
+
+
+def test_a_reused_key_is_refused_naming_only_the_callers_own_order(api, table_items):
+    alice = json_body(api(create_event(ALICE)))
+    bob = json_body(api(create_event(BOB)))
+    before = table_items()
+
+    refused = api(create_event(BOB, quantity=7))
+
+    assert refused["statusCode"] == 422
+    error = json_body(refused)["error"]
+    assert error["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert error["details"] == {"orderId": bob["orderId"]}
+    assert bob["orderId"] != alice["orderId"]
+    assert table_items() == before
+
+
+def test_requests_without_a_principal_share_the_anonymous_namespace(api, table_items):
+    first = api(create_event(None))
+    second = api(create_event(None))
+
+    assert header(second, "Idempotent-Replayed") == "true"
+    assert json_body(second) == json_body(first)
+    [record] = request_records(table_items())
+    assert record["PK"] == keys.request_key(ANONYMOUS_CALLER, "shared-key-1")[keys.PK]
+
+
+def test_request_keys_are_scoped_by_a_fixed_length_digest_of_the_caller():
+    alice = keys.request_key(ALICE, "k-1")[keys.PK]["S"]
+    longest = keys.request_key(BOB, "x" * 255)[keys.PK]["S"]
+
+    assert alice != keys.request_key(BOB, "k-1")[keys.PK]["S"]
+    assert alice == keys.request_key(ALICE, "k-1")[keys.PK]["S"]
+    assert alice == f"REQUEST#{keys.caller_scope(ALICE)}#k-1"
+    assert len(keys.caller_scope(ALICE)) == 32
+    assert "arn:" not in alice
+    assert "alice" not in alice
+    assert len(longest) == len("REQUEST#") + 32 + 1 + 255
+    assert keys.request_key(ALICE, "k-1")[keys.SK] == {"S": "REQUEST"}
+
+
+@pytest.mark.parametrize(
+    ("identity", "expected"),
+    [
+        ({"userArn": ALICE, "caller": "AIDAALICE", "accountId": "123456789012"}, ALICE),
+        ({"userArn": None, "caller": "AROABOB:bob", "accountId": "210987654321"}, "AROABOB:bob"),
+        ({"userArn": "", "caller": None, "accountId": "210987654321"}, "210987654321"),
+        ({"userArn": None, "caller": None, "accountId": None, "sourceIp": "127.0.0.1"}, ANONYMOUS_CALLER),
+        (None, ANONYMOUS_CALLER),
+    ],
+    ids=["user-arn", "caller", "account", "no-principal", "no-identity"],
+)
+def test_caller_of_takes_the_iam_principal_from_the_request_context(template, identity, expected):
+    app = load_handler_module(template.function(API))
+    event = load_event("api_create_order.json")
+    event["requestContext"]["identity"] = identity
+
+    assert app.caller_of(event) == expected
+    assert app.caller_of({"requestContext": None}) == ANONYMOUS_CALLER
+
+
+def local_event(template: Template, extra_headers: list[tuple[str, str]]) -> dict[str, Any]:
+    """POST /orders through the local API's event builder, with the template's route."""
+    routes = [r for r in read_event_sources(template).routes if r.function == API]
+    table = RouteTable(routes, {route.api: "dev" for route in routes})
+    found = table.match("POST", "/dev/orders")
+    assert found is not None
+    route, parameters, resource_path = found
+    body = load_event("api_create_order.json")["body"]
+    return proxy_event(
+        method="POST",
+        raw_path="/dev/orders",
+        resource_path=resource_path,
+        route=route,
+        path_parameters=parameters,
+        query="",
+        header_pairs=[
+            ("Content-Type", "application/json"),
+            ("Idempotency-Key", "local-key-1"),
+            *extra_headers,
+        ],
+        body=body.encode(),
+        source_ip="127.0.0.1",
+        api_id="local-api",
+    )
+
+
+def test_the_local_api_gives_each_request_an_iam_identity_named_by_x_local_caller(template, api):
+    default = local_event(template, [])
+    carol = local_event(template, [("x-local-caller", "carol")])
+
+    assert default["requestContext"]["identity"]["userArn"] == local_caller_arn(DEFAULT_LOCAL_CALLER)
+    assert local_caller_arn(DEFAULT_LOCAL_CALLER) == f"arn:aws:iam::{ACCOUNT}:user/local-user"
+    assert carol["requestContext"]["identity"]["userArn"] == f"arn:aws:iam::{ACCOUNT}:user/carol"
+    assert carol["requestContext"]["identity"]["accountId"] == ACCOUNT
+    # And the order API keeps their keys apart: same key and body, two orders; a retry replays.
+    first_default = api(default)
+    first_carol = api(carol)
+    carol_again = api(local_event(template, [("X-Local-Caller", "carol")]))
+    assert first_default["statusCode"] == first_carol["statusCode"] == 201
+    assert json_body(first_default)["orderId"] != json_body(first_carol)["orderId"]
+    assert header(carol_again, "Idempotent-Replayed") == "true"
+    assert json_body(carol_again)["orderId"] == json_body(first_carol)["orderId"]
