@@ -1,12 +1,15 @@
 """Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the table.
 
     python scripts/outbox_admin.py redrive --stack-name NAME            # or --queue-url/--bus
+    python scripts/outbox_admin.py redrive-poison --stack-name NAME     # records the relay parked
     python scripts/outbox_admin.py replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python scripts/outbox_admin.py replay --stack-name NAME --event-id ID [--event-id ID ...]
     python scripts/outbox_admin.py seed --stack-name NAME --file local/seed.json
 
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
-every consumer deduplicates on the CloudEvent id.
+every consumer deduplicates on the CloudEvent id for the whole republish window (OutboxTtlDays).
+A queue message is deleted only when its report is complete; otherwise it stays, the report names
+what is missing, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from shop.config import Settings
 from shop.envelope import parse_time
 from shop.errors import InvalidEnvelope
 from shop.inventory_repository import DynamoInventoryRepository
+from shop.poison import PoisonQueue, checked_poison_message
 from shop.publisher import EventPublisher
 from shop.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
 
@@ -48,7 +53,11 @@ def _recovery(args: argparse.Namespace) -> OutboxRecovery:
     settings = Settings.from_env()
     bus = _resolve(args, "bus", "EventBusName")
     return OutboxRecovery(
-        EventPublisher(bus, settings.max_event_bytes), settings.max_event_bytes, settings.outbox_time_shards
+        EventPublisher(bus, settings.max_event_bytes),
+        PoisonQueue(_resolve(args, "poison_queue_url", "RelayPoisonQueueUrl")),
+        max_event_bytes=settings.max_event_bytes,
+        time_shards=settings.outbox_time_shards,
+        ttl_days=settings.outbox_ttl_days,
     )
 
 
@@ -56,34 +65,57 @@ def _print(report: RecoveryReport, **extra: Any) -> None:
     print(json.dumps({**extra, **vars(report), "complete": report.complete}))
 
 
-def redrive(args: argparse.Namespace) -> int:
-    queue_url = _resolve(args, "queue_url", "RelayDeadLetterQueueUrl")
-    recovery = _recovery(args)
+def _drain_queue(
+    queue_url: str, max_messages: int, recover: Callable[[dict[str, Any]], RecoveryReport | None]
+) -> int:
+    """Hand each message to `recover`; delete it only when its report is complete."""
     sqs = aws.sqs()
     handled = 0
-    failed = 0
-    while handled + failed < args.max_messages:
+    kept = 0
+    seen: set[str] = set()
+    while handled + kept < max_messages:
         messages = sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=120
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=300
         ).get("Messages", [])
+        messages = [m for m in messages if m["MessageId"] not in seen]
         if not messages:
             break
         for message in messages:
+            seen.add(message["MessageId"])
             try:
-                batch = FailedStreamBatch.from_message(json.loads(message["Body"]))
-            except (InvalidEnvelope, json.JSONDecodeError):
-                print(json.dumps({"messageId": message["MessageId"], "error": "not a stream failure record"}))
-                failed += 1
-                continue
-            report = recovery.redrive(batch)
-            _print(report, messageId=message["MessageId"], shard=batch.shard_id)
-            if report.complete or (args.drop_poison and not report.unpublished):
+                report = recover(json.loads(message["Body"]))
+            except (InvalidEnvelope, ValueError, KeyError, TypeError) as exc:
+                report = None
+                print(json.dumps({"messageId": message["MessageId"], "error": f"unreadable message: {exc}"}))
+            if report is not None:
+                _print(report, messageId=message["MessageId"])
+            if report is not None and report.complete:
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
                 handled += 1
             else:
-                failed += 1  # stays in the queue (visible again after the visibility timeout)
-    print(json.dumps({"redriven": handled, "kept": failed}))
-    return 0 if failed == 0 else 1
+                kept += 1  # stays in the queue (visible again after the visibility timeout)
+    print(json.dumps({"redriven": handled, "kept": kept}))
+    if kept:
+        print(f"error: {kept} message(s) kept in {queue_url}: see their 'missing' above", file=sys.stderr)
+    return 0 if kept == 0 else 1
+
+
+def redrive(args: argparse.Namespace) -> int:
+    recovery = _recovery(args)
+    return _drain_queue(
+        _resolve(args, "queue_url", "RelayDeadLetterQueueUrl"),
+        args.max_messages,
+        lambda body: recovery.redrive(FailedStreamBatch.from_message(body)),
+    )
+
+
+def redrive_poison(args: argparse.Namespace) -> int:
+    recovery = _recovery(args)
+    return _drain_queue(
+        _resolve(args, "poison_queue_url", "RelayPoisonQueueUrl"),
+        args.max_messages,
+        lambda body: recovery.redrive_parked(checked_poison_message(body)),
+    )
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -118,14 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--stack-name", help="read names from this CloudFormation stack's outputs")
     parser.add_argument("--bus", help="event bus name (default: stack output EventBusName)")
+    parser.add_argument("--poison-queue-url", help="default: stack output RelayPoisonQueueUrl")
     commands = parser.add_subparsers(dest="command", required=True)
     p_redrive = commands.add_parser("redrive", help="republish the batches in the relay dead-letter queue")
     p_redrive.add_argument("--queue-url", help="default: stack output RelayDeadLetterQueueUrl")
     p_redrive.add_argument("--max-messages", type=int, default=1000)
-    p_redrive.add_argument(
-        "--drop-poison", action="store_true", help="delete a message even if it held undecodable items"
-    )
     p_redrive.set_defaults(run=redrive)
+    p_poison = commands.add_parser(
+        "redrive-poison", help="republish records the relay parked (after fixing why they failed)"
+    )
+    p_poison.add_argument("--max-messages", type=int, default=1000)
+    p_poison.set_defaults(run=redrive_poison)
     p_replay = commands.add_parser("replay", help="republish outbox events from a table")
     p_replay.add_argument("--table", help="default: stack output OrdersTableName")
     p_replay.add_argument("--from", dest="start", help="RFC 3339 start of the window (inclusive)")

@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shop.config import get_settings
 from shop.observability import logger, metrics, tracer
+from shop.poison import PoisonQueue
 from shop.publisher import EventPublisher
 from shop.relay import StreamChange, relay_outbox_changes
 
@@ -25,12 +26,18 @@ def event_publisher() -> EventPublisher:
     return EventPublisher(settings.require("event_bus_name"), settings.max_event_bytes)
 
 
+@cache
+def poison_queue() -> PoisonQueue:
+    return PoisonQueue(get_settings().require("relay_poison_queue_url"))
+
+
 def stream_changes(event: dict[str, Any]) -> list[StreamChange]:
     return [
         StreamChange(
             sequence_number=record["dynamodb"]["SequenceNumber"],
             event_name=record.get("eventName", ""),
             new_image=record["dynamodb"].get("NewImage"),
+            stream_arn=record.get("eventSourceARN"),
         )
         for record in event.get("Records", [])
     ]
@@ -45,6 +52,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     outcome = relay_outbox_changes(
         changes,
         event_publisher(),
+        poison_queue(),
         get_settings().max_event_bytes,
         remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
     )
@@ -60,5 +68,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         )
     if outcome.checkpoint is None:
         return {"batchItemFailures": []}
-    # Lambda retries from the lowest reported sequence number; reporting that one is enough.
+    # Only a transient failure gets here (poison was parked). Lambda retries from the lowest reported
+    # sequence number; reporting that one is enough.
     return {"batchItemFailures": [{"itemIdentifier": outcome.checkpoint}]}

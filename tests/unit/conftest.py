@@ -26,6 +26,18 @@ def pytest_runtest_teardown() -> None:
     enable_socket()
 
 
+def drain_queue(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
+    """Receive and delete every message of a queue; their bodies, decoded."""
+    out: list[dict[str, Any]] = []
+    while True:
+        batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        if not batch:
+            return out
+        for message in batch:
+            out.append(json.loads(message["Body"]))
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+
 @pytest.fixture
 def aws(fake_credentials: None, template: Template) -> Iterator[None]:
     """moto with every table of template.yaml created from its definition."""
@@ -52,14 +64,13 @@ def bus(aws: None, template: Template) -> Callable[[], list[dict[str, Any]]]:
     events.put_rule(Name="all", EventBusName=bus_name, EventPattern='{"source": [{"prefix": ""}]}')
     events.put_targets(Rule="all", EventBusName=bus_name, Targets=[{"Id": "capture", "Arn": queue_arn}])
 
-    def received() -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        while True:
-            batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
-            if not batch:
-                return out
-            for message in batch:
-                out.append(json.loads(message["Body"]))
-                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    return lambda: drain_queue(sqs, queue_url)
 
-    return received
+
+@pytest.fixture
+def poison_queue(aws: None, template: Template) -> Callable[[], list[dict[str, Any]]]:
+    """The template's relay poison queue; returns a reader of the (decoded) messages parked in it."""
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayPoisonQueue"))["QueueUrl"]
+
+    return lambda: drain_queue(sqs, queue_url)

@@ -150,7 +150,9 @@ def test_relay_logs_each_published_event_with_ids_and_correlation_id_but_no_data
     assert {text: logs.containing(text) for text in forbidden} == {text: [] for text in forbidden}
 
 
-def test_a_poison_record_is_logged_by_event_id_and_sequence_number_without_its_data(bus, invoke, logs):
+def test_a_poison_record_is_logged_by_event_id_and_sequence_number_without_its_data(
+    bus, poison_queue, invoke, logs
+):
     event = load_event("relay_poison_record.json")
     invoke(RELAY, event)
     [poison] = logs.with_message("poison outbox record")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,10 +12,14 @@ from moto.events.models import EventPattern, EventPatternParser
 
 import shop.aws
 from local.template import Template
+from shop import keys
+from shop.envelope import CloudEvent
+from shop.outbox import outbox_item
 from tests.support import load_event
 from tests.unit.fakes import FaultyEventBridge
 
 RELAY = "OutboxRelayFunction"
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/local-OrdersTable/stream/2026-11-21T00:00:00.000"
 
 
 @pytest.fixture
@@ -26,6 +31,41 @@ def faulty_bus(bus: Any, monkeypatch: pytest.MonkeyPatch) -> FaultyEventBridge:
 
 def records(name: str) -> list[dict[str, Any]]:
     return list(load_event(name)["Records"])
+
+
+def outbox_stream_records(n: int) -> list[dict[str, Any]]:
+    """n stream records of OrderCreated outbox items of n orders, built by the writers' own code."""
+    out = []
+    for i in range(n):
+        event = CloudEvent.new(
+            source="shop.orders",
+            type="OrderCreated",
+            subject=f"o-{i:032x}",
+            sequence=1,
+            data={"orderId": f"o-{i:032x}"},
+            correlation_id=f"corr-{i}",
+        )
+        image = outbox_item(
+            event, keys.order_partition(event.subject), ttl_days=16, time_shards=8, max_event_bytes=262_144
+        )
+        out.append(
+            {
+                "eventID": f"e{i}",
+                "eventName": "INSERT",
+                "eventSource": "aws:dynamodb",
+                "awsRegion": "us-east-1",
+                "dynamodb": {
+                    "ApproximateCreationDateTime": 1795348800 + i,
+                    "Keys": {keys.PK: image[keys.PK], keys.SK: image[keys.SK]},
+                    "NewImage": image,
+                    "SequenceNumber": str(100000000000000000000 + i),
+                    "SizeBytes": 1000,
+                    "StreamViewType": "NEW_IMAGE",
+                },
+                "eventSourceARN": STREAM_ARN,
+            }
+        )
+    return out
 
 
 def event_id(record: dict[str, Any]) -> str:
@@ -103,17 +143,105 @@ def test_foreign_modify_and_remove_records_cause_no_publish_and_no_failure(fault
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in outbox_inserts)
 
 
-def test_a_poison_record_is_reported_and_the_records_before_it_published(faulty_bus, bus, invoke):
+def test_a_poison_record_is_parked_whole_and_every_other_record_published(
+    faulty_bus, bus, poison_queue, invoke
+):
     batch = records("relay_poison_record.json")
+    poison = batch[2]
+
+    failures = relay(invoke, batch)
+
+    # Nothing for Lambda to retry or bisect: the shard moves on at once
+    assert failures == []
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in batch if r is not poison)
+    [parked] = poison_queue()
+    assert parked["kind"] == "outbox-poison"
+    assert parked["eventId"] == event_id(poison)
+    assert parked["sequenceNumber"] == poison["dynamodb"]["SequenceNumber"]
+    assert parked["streamArn"] == poison["eventSourceARN"]
+    assert parked["item"] == poison["dynamodb"]["NewImage"]  # everything needed to republish it
+    assert "JSON" in parked["reason"]
+
+
+def test_one_poison_in_a_full_batch_of_100_parks_it_and_publishes_the_99(
+    faulty_bus, bus, poison_queue, invoke
+):
+    batch = outbox_stream_records(100)
+    batch[2]["dynamodb"]["NewImage"]["envelope"] = {"S": '{"specversion": "1.0", "id": "trunc'}
+
+    failures = relay(invoke, batch)
+
+    assert failures == []
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(
+        event_id(r) for i, r in enumerate(batch) if i != 2
+    )
+    assert [p["eventId"] for p in poison_queue()] == [event_id(batch[2])]
+    assert len(faulty_bus.calls) == 10  # 99 events: still 10 entries per PutEvents call
+
+
+def test_a_poison_record_after_the_checkpoint_is_parked_only_when_redelivered(
+    faulty_bus, bus, poison_queue, invoke
+):
+    batch = outbox_stream_records(30)
+    batch[20]["dynamodb"]["NewImage"]["envelope"] = {"S": "not json"}
+    faulty_bus.fail_permanently = {event_id(batch[5])}
+
+    failures = relay(invoke, batch)
+
+    # The transient failure at record 6 holds the shard there; the poison behind it waits too
+    assert failures == [batch[5]["dynamodb"]["SequenceNumber"]]
+    assert poison_queue() == []
+
+    faulty_bus.fail_permanently = set()
+    assert relay(invoke, batch[5:]) == []
+    assert [p["eventId"] for p in poison_queue()] == [event_id(batch[20])]
+
+
+def test_when_the_poison_queue_fails_the_relay_checkpoints_at_the_poison(faulty_bus, bus, aws, invoke):
+    batch = records("relay_poison_record.json")  # no poison queue exists: SendMessage fails
 
     failures = relay(invoke, batch)
 
     assert failures == [batch[2]["dynamodb"]["SequenceNumber"]]
-    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in batch[:2])
-    # Once bisection has isolated the poison (it goes to the OnFailure queue), the rest flows
-    assert relay(invoke, batch[2:3]) == [batch[2]["dynamodb"]["SequenceNumber"]]
-    assert relay(invoke, batch[3:]) == []
-    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in batch[3:])
+    assert {e["detail"]["id"] for e in bus()} >= {event_id(r) for r in batch[:2]}
+
+
+def test_a_naive_timestamp_is_poison_before_publishing_not_an_error_after_it(
+    faulty_bus, bus, poison_queue, invoke
+):
+    batch = outbox_stream_records(3)
+    image = batch[1]["dynamodb"]["NewImage"]
+    envelope = json.loads(image["envelope"]["S"])
+    envelope["time"] = "2026-11-21T10:00:00"  # no offset: RFC 3339 requires one
+    image["envelope"] = {"S": json.dumps(envelope)}
+
+    failures = relay(invoke, batch)
+
+    assert failures == []
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted([event_id(batch[0]), event_id(batch[2])])
+    [parked] = poison_queue()
+    assert "offset" in parked["reason"]
+
+
+def test_with_two_failed_entries_in_one_call_the_checkpoint_is_the_first(faulty_bus, bus, invoke):
+    batch = records("relay_outbox_insert_batch.json")
+    faulty_bus.fail_permanently = {event_id(batch[3]), event_id(batch[7])}
+
+    failures = relay(invoke, batch)
+
+    # Lambda resumes at the lowest failed record, so record 4 (not 8) is the one to report
+    assert failures == [batch[3]["dynamodb"]["SequenceNumber"]]
+
+
+def test_an_update_or_removal_of_an_outbox_item_is_never_published(faulty_bus, bus, invoke):
+    inserted, modified, removed = outbox_stream_records(3)
+    modified["eventName"] = "MODIFY"
+    removed["eventName"] = "REMOVE"
+
+    failures = relay(invoke, [inserted, modified, removed])
+
+    assert failures == []
+    assert [e["detail"]["id"] for e in bus()] == [event_id(inserted)]
 
 
 def test_an_aggregates_later_event_is_never_sent_before_its_failed_predecessor(faulty_bus, bus, invoke):

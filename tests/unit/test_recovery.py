@@ -11,13 +11,19 @@ from typing import Any
 import boto3
 import pytest
 
+import shop.aws
+import shop.recovery
 from local.template import Template
 from scripts.outbox_admin import main as outbox_admin
+from shop import keys
 from shop.config import Settings
+from shop.envelope import CloudEvent
 from shop.order_repository import DynamoOrderRepository
 from shop.orders import OrderLine, OrderService, PlaceOrder
+from shop.outbox import OutboxEntry, outbox_item
+from shop.poison import PoisonQueue, PoisonRecord, checked_poison_message, poison_message_body
 from shop.publisher import EventPublisher
-from shop.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable
+from shop.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -54,10 +60,23 @@ def place_orders(settings: Settings) -> Callable[[int], list[dict[str, Any]]]:
     return place
 
 
-@pytest.fixture
-def recovery(settings: Settings, template: Template) -> OutboxRecovery:
+def recovery_at(settings: Settings, template: Template, moment: datetime) -> OutboxRecovery:
     publisher = EventPublisher(template.physical_name("EventBus"), settings.max_event_bytes)
-    return OutboxRecovery(publisher, settings.max_event_bytes, settings.outbox_time_shards)
+    return OutboxRecovery(
+        publisher,
+        PoisonQueue(template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]),
+        max_event_bytes=settings.max_event_bytes,
+        time_shards=settings.outbox_time_shards,
+        ttl_days=settings.outbox_ttl_days,
+        clock=lambda: moment,
+        sleep=lambda _: None,
+    )
+
+
+@pytest.fixture
+def recovery(settings: Settings, template: Template, poison_queue: Any) -> OutboxRecovery:
+    """Recovery run a day after the orders were placed (well inside the outbox TTL)."""
+    return recovery_at(settings, template, T0 + timedelta(days=1))
 
 
 def stream_records(template: Template) -> tuple[str, str, list[Any]]:
@@ -105,11 +124,17 @@ def outbox_event_ids(records: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def failed_batch(records: list[dict[str, Any]], arn: str, shard: str) -> FailedStreamBatch:
+    """OnFailure metadata of a batch spanning `records` (the mapping's filter admitted its outbox items)."""
+    size = len(outbox_event_ids(records))
+    return FailedStreamBatch.from_message(failure_message(arn, shard, records[0], records[-1], size))
+
+
 def test_redrive_republishes_exactly_the_events_of_the_failed_range(place_orders, recovery, bus, template):
     place_orders(5)
     arn, shard, records = stream_records(template)
     failed = records[2:6]  # order 2 and order 3: their order items and their outbox items
-    batch = FailedStreamBatch.from_message(failure_message(arn, shard, failed[0], failed[-1], len(failed)))
+    batch = failed_batch(failed, arn, shard)
 
     report = recovery.redrive(batch)
 
@@ -129,12 +154,13 @@ def test_redrive_falls_back_to_the_time_index_when_the_stream_was_trimmed(
         raise StreamRangeUnavailable(batch.stream_arn)
 
     monkeypatch.setattr(recovery, "read_stream_range", trimmed)
-    batch = FailedStreamBatch.from_message(failure_message(arn, shard, records[2], records[5], 4))
+    batch = failed_batch(records[2:6], arn, shard)
 
     report = recovery.redrive(batch)
 
     # arrival window 10:01-10:02 plus 5 minutes either side covers every order placed 10:00-10:04
     assert report.source == "table"
+    assert report.complete
     assert sorted(e["detail"]["subject"] for e in bus()) == sorted(o["orderId"] for o in placed)
 
 
@@ -156,22 +182,236 @@ def test_replay_by_event_id(place_orders, recovery, bus, template):
     report = recovery.replay_events(template.physical_name("OrdersTable"), [wanted, "no-such-event"])
 
     assert [e["detail"]["id"] for e in bus()] == [wanted]
-    assert report.unpublished == ["no-such-event"]
+    assert not report.complete
+    assert any("no-such-event" in line for line in report.missing)
 
 
-def test_redrive_command_empties_the_dead_letter_queue(place_orders, bus, template, capsys):
+def admin(template: Template, *args: str) -> int:
+    poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
+    return outbox_admin(
+        ["--bus", template.physical_name("EventBus"), "--poison-queue-url", poison_url, *args]
+    )
+
+
+def test_redrive_command_empties_the_dead_letter_queue(place_orders, bus, poison_queue, template, capsys):
     place_orders(2)
     arn, shard, records = stream_records(template)
     sqs = boto3.client("sqs")
     queue_url = sqs.create_queue(QueueName=template.physical_name("RelayDeadLetterQueue"))["QueueUrl"]
     sqs.send_message(
-        QueueUrl=queue_url, MessageBody=json.dumps(failure_message(arn, shard, records[0], records[-1], 4))
+        QueueUrl=queue_url, MessageBody=json.dumps(failure_message(arn, shard, records[0], records[-1], 2))
     )
     sqs.send_message(QueueUrl=queue_url, MessageBody="not a failure record")
 
-    code = outbox_admin(["--bus", template.physical_name("EventBus"), "redrive", "--queue-url", queue_url])
+    code = admin(template, "redrive", "--queue-url", queue_url)
 
     assert code == 1  # the malformed message is kept and reported
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary == {"redriven": 1, "kept": 1}
+
+
+# --- nothing is claimed that was not done ---------------------------------------------------------------
+
+
+class PagingStreams:
+    """The real (moto) streams client, but GetRecords first answers `empty_pages` empty pages, as AWS
+    may while it walks towards the records (an empty page is not the end of the shard)."""
+
+    def __init__(self, real: Any, empty_pages: int) -> None:
+        self._real = real
+        self.empty_pages = empty_pages
+        self.calls = 0
+
+    def get_shard_iterator(self, **kwargs: Any) -> Any:
+        return self._real.get_shard_iterator(**kwargs)
+
+    def get_records(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.empty_pages:
+            return {"Records": [], "NextShardIterator": kwargs["ShardIterator"]}
+        return self._real.get_records(**kwargs)
+
+
+def test_redrive_pages_past_empty_reads_to_the_end_of_the_range(
+    place_orders, recovery, bus, template, monkeypatch
+):
+    place_orders(3)
+    arn, shard, records = stream_records(template)
+    pager = PagingStreams(boto3.client("dynamodbstreams"), empty_pages=8)
+    monkeypatch.setattr(shop.aws, "dynamodb_streams", lambda: pager)
+
+    report = recovery.redrive(failed_batch(records, arn, shard))
+
+    assert report.complete
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
+
+
+def test_a_stream_read_that_never_reaches_the_end_sequence_is_incomplete(
+    place_orders, recovery, bus, template, monkeypatch
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    monkeypatch.setattr(shop.recovery, "_MAX_READS", 3)
+    pager = PagingStreams(boto3.client("dynamodbstreams"), empty_pages=1_000)
+    monkeypatch.setattr(shop.aws, "dynamodb_streams", lambda: pager)
+
+    report = recovery.redrive(failed_batch(records, arn, shard))
+
+    assert not report.complete
+    assert any("before reaching endSequenceNumber" in line for line in report.missing)
+
+
+def test_a_range_holding_fewer_records_than_the_batch_size_is_incomplete(
+    place_orders, recovery, bus, template
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    message = failure_message(arn, shard, records[0], records[-1], size=5)  # the batch held 5; 2 remain
+
+    report = recovery.redrive(FailedStreamBatch.from_message(message))
+
+    assert not report.complete
+    assert any("found 2 of the batch's 5 records" in line for line in report.missing)
+
+
+def test_redrive_of_a_batch_older_than_the_outbox_ttl_is_refused_and_kept(
+    place_orders, bus, poison_queue, settings, template, monkeypatch, capsys
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayDeadLetterQueue"))["QueueUrl"]
+    sqs.send_message(
+        QueueUrl=queue_url, MessageBody=json.dumps(failure_message(arn, shard, records[0], records[-1], 2))
+    )
+
+    def trimmed(self: OutboxRecovery, batch: FailedStreamBatch) -> None:
+        raise StreamRangeUnavailable(batch.stream_arn)
+
+    monkeypatch.setattr(OutboxRecovery, "read_stream_range", trimmed)
+    # Seventeen days later: the TTL (16 days) may have deleted the items the message stands for
+    monkeypatch.setattr(shop.recovery, "utc_now", lambda: T0 + timedelta(days=17))
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    assert code == 1
+    out = capsys.readouterr()
+    [report] = [json.loads(line) for line in out.out.splitlines() if line.startswith('{"messageId"')]
+    assert report["complete"] is False
+    assert any("TTL" in line for line in report["missing"])
+    assert "kept" in out.err
+    assert bus() == []  # nothing claimed, nothing sent
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+    assert int(attributes["ApproximateNumberOfMessagesNotVisible"]) == 1  # still there, not deleted
+
+
+class UnprocessedDynamo:
+    """The real (moto) client whose BatchGetItem leaves every key unprocessed `times` times."""
+
+    def __init__(self, real: Any, times: int) -> None:
+        self._real = real
+        self.times = times
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        if self.times > 0:
+            self.times -= 1
+            return {"Responses": {}, "UnprocessedKeys": RequestItems}
+        answer: dict[str, Any] = self._real.batch_get_item(RequestItems=RequestItems)
+        return answer
+
+
+@pytest.mark.parametrize(("unprocessed_times", "complete"), [(3, True), (100, False)])
+def test_unprocessed_keys_are_retried_and_reported_when_they_persist(
+    place_orders, recovery, bus, template, monkeypatch, unprocessed_times, complete
+):
+    placed = place_orders(2)
+    table = template.physical_name("OrdersTable")
+    fake = UnprocessedDynamo(boto3.client("dynamodb"), unprocessed_times)
+    monkeypatch.setattr(shop.aws, "dynamodb", lambda: fake)
+
+    report = recovery.replay_window(table, T0, T0 + timedelta(minutes=5))
+
+    assert report.complete is complete
+    published = sorted(e["detail"]["subject"] for e in bus())
+    if complete:
+        assert published == sorted(o["orderId"] for o in placed)
+    else:
+        assert published == []
+        assert sum("still unprocessed" in line for line in report.missing) == 2
+
+
+def test_replay_of_a_window_reaching_past_the_ttl_horizon_says_so(
+    place_orders, settings, template, poison_queue, bus
+):
+    place_orders(1)
+    late = recovery_at(settings, template, T0 + timedelta(days=20))
+
+    report = late.replay_window(template.physical_name("OrdersTable"), T0, T0 + timedelta(minutes=5))
+
+    assert not report.complete
+    assert any("TTL horizon" in line for line in report.missing)
+
+
+def test_replay_keeps_each_orders_events_in_sequence_whatever_the_writers_clocks_said():
+    def entry(aggregate: str, sequence: int, occurred_at: str) -> OutboxEntry:
+        return OutboxEntry(
+            event_id=f"{aggregate}-{sequence}",
+            source="shop.orders",
+            detail_type="T",
+            detail="{}",
+            aggregate=aggregate,
+            sequence=sequence,
+            occurred_at=occurred_at,
+            correlation_id="c",
+            trace_header=None,
+            size=10,
+        )
+
+    # order A's second event was stamped earlier than its first by a skewed clock
+    entries = [
+        entry("A", 1, "2026-11-21T10:05:00.000Z"),
+        entry("B", 1, "2026-11-21T10:01:00.000Z"),
+        entry("A", 2, "2026-11-21T10:00:00.000Z"),
+        entry("B", 2, "2026-11-21T10:06:00.000Z"),
+    ]
+
+    ordered = [e.event_id for e in in_publish_order(entries)]
+
+    assert ordered.index("A-1") < ordered.index("A-2")
+    assert ordered.index("B-1") < ordered.index("B-2")
+    assert sorted(ordered) == ["A-1", "A-2", "B-1", "B-2"]
+
+
+def test_a_parked_poison_record_is_republished_once_it_decodes(recovery, poison_queue, bus, template):
+    image = outbox_image_of_new_order()
+    body = json.loads(poison_message_body(PoisonRecord("1", "e-1", "was unpublishable", image)))
+
+    report = recovery.redrive_parked(checked_poison_message(body))
+
+    assert report.complete
+    assert [e["detail"]["id"] for e in bus()] == [image["eventId"]["S"]]
+
+
+def test_a_parked_record_that_still_cannot_be_published_stays_parked(recovery, poison_queue, bus):
+    image = outbox_image_of_new_order()
+    image["envelope"] = {"S": "still not json"}
+    body = json.loads(poison_message_body(PoisonRecord("1", "e-1", "bad", image)))
+
+    report = recovery.redrive_parked(checked_poison_message(body))
+
+    assert not report.complete
+    assert bus() == []
+    assert poison_queue() == []  # not parked a second time: the operator's message stays where it is
+
+
+def outbox_image_of_new_order() -> dict[str, Any]:
+    event = CloudEvent.new(
+        source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+    )
+    return outbox_item(
+        event, keys.order_partition("o-1"), ttl_days=16, time_shards=8, max_event_bytes=262_144
+    )

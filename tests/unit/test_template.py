@@ -195,6 +195,8 @@ class CallRecorder:
         for logical_id in template.resources:
             self.logical_ids[template.physical_name(logical_id)] = logical_id
             self.logical_ids[template.arn(logical_id)] = logical_id
+        for logical_id in template.of_type("AWS::SQS::Queue"):  # SQS calls name a queue by its URL
+            self.logical_ids[str(template.resolve({"Ref": logical_id}))] = logical_id
         self.calls: set[Grant] = set()
         self.recording = False
 
@@ -270,6 +272,7 @@ def _orders_api(invoke: Callable[..., Any], template: Template, monkeypatch: pyt
 
 def _relay(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:
     invoke("OutboxRelayFunction", load_event("relay_outbox_insert_batch.json"))
+    invoke("OutboxRelayFunction", load_event("relay_poison_record.json"))  # parks its poison record
 
 
 def _inventory(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -320,6 +323,7 @@ def test_code_column_is_exactly_what_the_code_calls(
         correlation_id="corr-demo-0001",
     )
     boto3.client("sns").create_topic(Name=template.physical_name("NotificationTopic"))
+    boto3.client("sqs").create_queue(QueueName=template.physical_name("RelayPoisonQueue"))
 
     # When the function runs its sample events
     with recorder.recording_calls():
@@ -372,16 +376,50 @@ def test_queue_policies_let_only_their_own_rule_send(template: Template):
         assert statement["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": [f"{name}Rule", "Arn"]}
 
 
-def test_visibility_timeout_and_idempotency_window_fit_the_retry_budget(template: Template):
-    receives = int(template.parameter_values["ConsumerMaxReceiveCount"])
-    expires = int(template.parameter_values["IdempotencyExpiresAfterSeconds"])
+DAY = 86_400
+
+
+def retention_days(template: Template, queue: str) -> float:
+    return int(template.properties(queue)["MessageRetentionPeriod"]) / DAY
+
+
+def test_visibility_timeout_fits_the_consumer_timeout(template: Template):
     for name in ("Inventory", "OrderStatus", "Notification"):
         visibility = template.properties(f"{name}Queue")["VisibilityTimeout"]
         assert visibility >= 6 * template.function(f"{name}Function").timeout
-        assert expires >= visibility * receives + 600  # and a buffer of at least 10 minutes
-        assert template.function(f"{name}Function").environment["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"] == str(
-            expires
+
+
+def test_every_queued_or_parked_message_still_finds_its_events_in_the_table(template: Template):
+    # A relay dead-letter or poison message can be redriven until its queue drops it; its records
+    # arrived in the stream up to 24 h before. The outbox TTL's floor must outlive both, with a margin.
+    floor = template.data["Parameters"]["OutboxTtlDays"]["MinValue"]
+    for queue in ("RelayDeadLetterQueue", "RelayPoisonQueue"):
+        assert floor >= retention_days(template, queue) + 1 + 1
+    assert int(template.parameter_values["OutboxTtlDays"]) >= floor
+
+
+def test_consumers_remember_event_ids_for_the_whole_republish_window(template: Template):
+    # Redrive, replay and the bus archive can republish an event until the outbox TTL; the message may
+    # then wait out its queue's and its DLQ's retention before a consumer sees it.
+    ttl_days = int(template.data["Parameters"]["OutboxTtlDays"]["MinValue"])
+    assert template.resources["EventBusArchive"]["Properties"]["RetentionDays"] == {"Ref": "OutboxTtlDays"}
+    for name in ("Inventory", "OrderStatus", "Notification"):
+        env = template.function(f"{name}Function").environment
+        settings = Settings.from_env({**env, "OUTBOX_TTL_DAYS": str(ttl_days)})
+        window = (
+            ttl_days
+            + retention_days(template, f"{name}Queue")
+            + retention_days(template, f"{name}DeadLetterQueue")
         )
+        assert settings.idempotency_expires_after_seconds >= window * DAY
+        assert env["OUTBOX_TTL_DAYS"] == template.parameter_values["OutboxTtlDays"]
+
+
+def test_transient_relay_failures_wait_in_order_until_the_record_age_limit(template: Template):
+    assert int(template.parameter_values["RelayMaximumRetryAttempts"]) == -1
+    age = int(template.parameter_values["RelayMaximumRecordAgeSeconds"])
+    assert 20 * 3600 <= age < 24 * 3600  # the last resort fires before the stream trims the record
+    assert int(template.parameter_values["RelayParallelizationFactor"]) == 1  # README "Ordering"
 
 
 @pytest.mark.parametrize("event", ["OrdersOutbox", "InventoryOutbox"])
@@ -391,11 +429,6 @@ def test_relay_stream_mappings_report_item_failures_and_dead_letter(template: Te
     assert props["BisectBatchOnFunctionError"] is True
     assert int(props["MaximumRecordAgeInSeconds"]) < 24 * 3600
     assert props["DestinationConfig"]["OnFailure"]["Destination"] == template.arn("RelayDeadLetterQueue")
-
-
-def test_outbox_ttl_outlives_stream_retention(template: Template):
-    assert int(template.parameter_values["OutboxTtlDays"]) >= 2
-    assert template.data["Parameters"]["OutboxTtlDays"]["MinValue"] >= 2
 
 
 def test_api_auth_is_iam_by_default_and_none_is_allowed(template: Template):
@@ -428,7 +461,7 @@ def alarms_on(template: Template, namespace: str, metric: str) -> dict[str, dict
 
 
 def dead_letter_queues(template: Template) -> set[str]:
-    queues = {"RelayDeadLetterQueue"}
+    queues = {"RelayDeadLetterQueue", "RelayPoisonQueue"}
     for props in (template.resources[q]["Properties"] for q in template.of_type("AWS::SQS::Queue")):
         if "RedrivePolicy" in props:
             queues.add(resource_name(props["RedrivePolicy"]["deadLetterTargetArn"]))
@@ -440,7 +473,7 @@ def consumer_queues(template: Template) -> set[str]:
 
 
 def test_every_alarm_notifies_the_alarm_topic_and_carries_the_stack_name(template: Template):
-    assert len(alarms(template)) == 19
+    assert len(alarms(template)) == 20
     for name, props in alarms(template).items():
         assert props["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
         assert props["OKActions"] == [{"Ref": "AlarmTopic"}], name

@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from functools import cache
 
 EVENTBRIDGE_MAX_ENTRY_BYTES = 262_144  # PutEvents default limit per entry and per request
+DAY_SECONDS = 86_400
+# The outbox TTL is the republish window: redrive, replay and the bus archive (kept as long) can put
+# an event on the bus again until then. A republished message may then still wait in its consumer
+# queue (4 days' retention) and that queue's DLQ (14 days) before a consumer sees it. Consumers
+# remember event ids for all of it, so no redelivery inside the window repeats an effect.
+CONSUMER_REDELIVERY_DAYS = 4 + 14
 
 
 class ConfigurationError(RuntimeError):
@@ -34,11 +40,11 @@ class Settings:
     idempotency_table_name: str
     event_bus_name: str
     notification_topic_arn: str
+    relay_poison_queue_url: str
     outbox_ttl_days: int
     max_event_bytes: int
     request_key_ttl_hours: int
     outbox_time_shards: int
-    idempotency_expires_after_seconds: int
     stage: str
 
     @classmethod
@@ -50,13 +56,18 @@ class Settings:
             idempotency_table_name=env.get("IDEMPOTENCY_TABLE_NAME", ""),
             event_bus_name=env.get("EVENT_BUS_NAME", ""),
             notification_topic_arn=env.get("NOTIFICATION_TOPIC_ARN", ""),
-            outbox_ttl_days=_int(env, "OUTBOX_TTL_DAYS", 7, minimum=2),
+            relay_poison_queue_url=env.get("RELAY_POISON_QUEUE_URL", ""),
+            outbox_ttl_days=_int(env, "OUTBOX_TTL_DAYS", 16, minimum=2),
             max_event_bytes=_int(env, "MAX_EVENT_BYTES", EVENTBRIDGE_MAX_ENTRY_BYTES, minimum=1024),
             request_key_ttl_hours=_int(env, "REQUEST_KEY_TTL_HOURS", 24),
             outbox_time_shards=_int(env, "OUTBOX_TIME_SHARDS", 8),
-            idempotency_expires_after_seconds=_int(env, "IDEMPOTENCY_EXPIRES_AFTER_SECONDS", 3600),
             stage=env.get("STAGE", "dev"),
         )
+
+    @property
+    def idempotency_expires_after_seconds(self) -> int:
+        """How long consumers remember a processed event id (derived: one knob, OutboxTtlDays)."""
+        return (self.outbox_ttl_days + CONSUMER_REDELIVERY_DAYS) * DAY_SECONDS
 
     def require(self, name: str) -> str:
         """Return a string setting that this function cannot work without."""

@@ -34,7 +34,11 @@ def format_time(moment: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    """An RFC 3339 timestamp. RFC 3339 requires the offset: a naive time is refused, never guessed."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"timestamp {text!r} has no UTC offset")
+    return moment
 
 
 def event_id_for(source: str, subject: str, sequence: int, event_type: str) -> str:
@@ -138,7 +142,9 @@ class CloudEvent:
         try:
             parse_time(raw["time"])
         except ValueError as exc:
-            raise InvalidEnvelope("attribute time is not an RFC 3339 timestamp") from exc
+            raise InvalidEnvelope(
+                "attribute time is not an RFC 3339 timestamp with an offset", {"time": raw["time"]}
+            ) from exc
         return cls(
             id=raw["id"],
             source=raw["source"],

@@ -1,14 +1,28 @@
-"""Redrive and replay: republish outbox events from the table, for what the relay gave up on.
+"""Redrive and replay: republish outbox events from the stream or the table, and never claim more than
+was done.
 
-Redrive reads a relay dead-letter message (metadata only: stream, shard, sequence range), reads that
-exact range back from the stream and republishes its outbox events. When the stream no longer holds
-the range (24 h retention), it falls back to the outbox time index of the table, over the batch's
-arrival window plus a margin: a superset, which is safe because consumers deduplicate on event id.
-Replay republishes the outbox events of a time window, or given event ids, from the table.
+Redrive reads a relay dead-letter message (metadata only: stream, shard, sequence range, batch size),
+reads that exact range back from the stream and republishes its outbox events. When the stream no
+longer holds the range (24 h retention), it falls back to the outbox time index of the table, over
+the batch's arrival window plus a margin: a superset, which is safe because consumers deduplicate on
+event id. Replay republishes the outbox events of a time window, or given event ids, from the table.
+
+A report is complete only when every record the message or window stands for was found and either
+accepted by PutEvents or parked as poison. Whatever cannot be shown is named in `missing`:
+- a stream read that did not reach `endSequenceNumber` (AWS: reaching records can take many
+  GetRecords calls, and an empty page does not mean the end);
+- fewer outbox records in the range or window than the failed batch's `batchSize`;
+- keys BatchGetItem still left unprocessed after retries with backoff;
+- a batch or window older than the outbox TTL horizon, whose items DynamoDB may have deleted.
+The operator command deletes a dead-letter message only when its report is complete.
 """
 
 from __future__ import annotations
 
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,10 +30,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from shop import aws, keys
+from shop.envelope import now as utc_now
 from shop.envelope import parse_time
 from shop.errors import InvalidEnvelope
 from shop.observability import logger
 from shop.outbox import OutboxEntry, decode_outbox_image, is_outbox_image
+from shop.poison import PoisonRecord, PoisonSink
 from shop.publisher import EventPublisher
 from shop.relay import StreamChange
 
@@ -27,8 +43,15 @@ _STREAM_GONE = frozenset(
     {"TrimmedDataAccessException", "ExpiredIteratorException", "ResourceNotFoundException"}
 )
 _FALLBACK_MARGIN = timedelta(minutes=5)
-_MAX_EMPTY_READS = 3
-_MAX_READS = 10_000
+# A stream read gives up (and says so) after this many GetRecords calls or seconds.
+_MAX_READS = 2_000
+_MAX_READ_SECONDS = 300.0
+_BATCH_GET_ATTEMPTS = 8
+
+
+def table_of_stream(stream_arn: str) -> str:
+    """arn:aws:dynamodb:<region>:<account>:table/<name>/stream/<label> -> <name>"""
+    return stream_arn.split(":table/", 1)[-1].split("/stream/", 1)[0]
 
 
 class StreamRangeUnavailable(Exception):
@@ -65,45 +88,116 @@ class FailedStreamBatch:
 
     @property
     def table_name(self) -> str:
-        # arn:aws:dynamodb:<region>:<account>:table/<name>/stream/<label>
-        return self.stream_arn.split(":table/", 1)[1].split("/stream/", 1)[0]
+        return table_of_stream(self.stream_arn)
 
 
 @dataclass
 class RecoveryReport:
     source: str  # "stream" or "table"
+    expected: int | None = None  # records the failed batch held (its batchSize), when known
     found: int = 0
     published: int = 0
     unpublished: list[str] = field(default_factory=list)  # event ids still not on the bus
-    poison: list[str] = field(default_factory=list)  # item keys that cannot be decoded
+    poison: list[str] = field(default_factory=list)  # event ids parked in the poison queue
+    missing: list[str] = field(default_factory=list)  # what could not be found or shown, in words
 
     @property
     def complete(self) -> bool:
-        return not self.unpublished and not self.poison
+        return not self.unpublished and not self.missing
+
+
+@dataclass
+class _StreamRead:
+    changes: list[StreamChange]
+    reached_end: bool
+    calls: int
+
+
+def in_publish_order(entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
+    """Oldest first, but each aggregate's events strictly by sequence whatever their clocks say.
+
+    Events are interleaved by time, then every aggregate's slots are refilled with its own events
+    in sequence order: a writer's clock skew can move an aggregate among others, never reorder it.
+    """
+    by_time = sorted(entries, key=lambda e: (e.occurred_at, e.aggregate, e.sequence))
+    by_aggregate: dict[str, list[OutboxEntry]] = defaultdict(list)
+    for entry in by_time:
+        by_aggregate[entry.aggregate].append(entry)
+    queues = {name: iter(sorted(items, key=lambda e: e.sequence)) for name, items in by_aggregate.items()}
+    return [next(queues[entry.aggregate]) for entry in by_time]
 
 
 class OutboxRecovery:
-    def __init__(self, publisher: EventPublisher, max_event_bytes: int, time_shards: int) -> None:
+    def __init__(
+        self,
+        publisher: EventPublisher,
+        poison_sink: PoisonSink,
+        *,
+        max_event_bytes: int,
+        time_shards: int,
+        ttl_days: int,
+        clock: Callable[[], datetime] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._publisher = publisher
+        self._poison_sink = poison_sink
         self._max_event_bytes = max_event_bytes
         self._time_shards = time_shards
+        self._ttl = timedelta(days=ttl_days)
+        self._clock = clock or (lambda: utc_now())  # read at call time: tests move the clock
+        self._sleep = sleep
 
     # --- redrive --------------------------------------------------------------------------------
     def redrive(self, batch: FailedStreamBatch) -> RecoveryReport:
         try:
-            changes = self.read_stream_range(batch)
+            read = self.read_stream_range(batch)
         except StreamRangeUnavailable:
             logger.warning("stream range trimmed; redriving from the table's time index")
-            return self.replay_window(
-                batch.table_name,
-                batch.first_arrival - _FALLBACK_MARGIN,
-                batch.last_arrival + _FALLBACK_MARGIN,
+            return self._redrive_from_table(batch)
+        report = RecoveryReport(source="stream", expected=batch.batch_size)
+        if not read.reached_end:
+            report.missing.append(
+                f"the stream read stopped after {read.calls} GetRecords calls before reaching "
+                f"endSequenceNumber {batch.end_sequence_number} of shard {batch.shard_id}"
             )
-        report = RecoveryReport(source="stream")
-        images = [c.new_image for c in changes if c.event_name == "INSERT" and is_outbox_image(c.new_image)]
-        return self._publish_images([i for i in images if i is not None], report)
+        # The mapping's filter let outbox items through; the failed batch held exactly those.
+        images = [c.new_image for c in read.changes if is_outbox_image(c.new_image)]
+        outbox = [i for i in images if i is not None]
+        if len(outbox) < batch.batch_size:
+            report.missing.append(
+                f"found {len(outbox)} of the batch's {batch.batch_size} records in shard {batch.shard_id} "
+                f"{batch.start_sequence_number}..{batch.end_sequence_number}"
+            )
+        inserts = [
+            c.new_image
+            for c in read.changes
+            if c.event_name == "INSERT" and c.new_image is not None and is_outbox_image(c.new_image)
+        ]
+        return self._publish_images(inserts, report, stream_arn=batch.stream_arn)
 
-    def read_stream_range(self, batch: FailedStreamBatch) -> list[StreamChange]:
+    def _redrive_from_table(self, batch: FailedStreamBatch) -> RecoveryReport:
+        start = batch.first_arrival - _FALLBACK_MARGIN
+        end = batch.last_arrival + _FALLBACK_MARGIN
+        horizon = self._ttl_horizon()
+        if start < horizon:
+            report = RecoveryReport(source="table", expected=batch.batch_size)
+            report.missing.append(
+                f"the batch arrived at {batch.first_arrival.isoformat()}, before the outbox TTL horizon "
+                f"{horizon.isoformat()} ({self._ttl.days} days): its events may have been deleted from "
+                f"{batch.table_name}; {batch.batch_size} records of shard {batch.shard_id} "
+                f"{batch.start_sequence_number}..{batch.end_sequence_number} cannot be shown republished"
+            )
+            return report
+        report = self.replay_window(batch.table_name, start, end)
+        report.expected = batch.batch_size
+        if report.found < batch.batch_size:
+            report.missing.append(
+                f"found {report.found} outbox items in {batch.table_name} between {start.isoformat()} and "
+                f"{end.isoformat()}, fewer than the batch's {batch.batch_size} records"
+            )
+        return report
+
+    def read_stream_range(self, batch: FailedStreamBatch) -> _StreamRead:
         client = aws.dynamodb_streams()
         try:
             iterator = client.get_shard_iterator(
@@ -112,39 +206,75 @@ class OutboxRecovery:
                 ShardIteratorType="AT_SEQUENCE_NUMBER",
                 SequenceNumber=batch.start_sequence_number,
             )["ShardIterator"]
-            return self._read_until(iterator, int(batch.end_sequence_number))
+            return self._read_until(iterator, int(batch.end_sequence_number), batch.stream_arn)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in _STREAM_GONE:
                 raise StreamRangeUnavailable(batch.stream_arn) from exc
             raise
 
     @staticmethod
-    def _read_until(iterator: str | None, end: int) -> list[StreamChange]:
+    def _read_until(iterator: str | None, end: int, stream_arn: str) -> _StreamRead:
+        """Page through the shard until a record at or past `end`; an empty page is not the end."""
         client = aws.dynamodb_streams()
         changes: list[StreamChange] = []
-        empty_reads = 0
-        for _ in range(_MAX_READS):
-            if iterator is None or empty_reads >= _MAX_EMPTY_READS:
-                break
+        deadline = time.monotonic() + _MAX_READ_SECONDS
+        calls = 0
+        while iterator is not None and calls < _MAX_READS and time.monotonic() < deadline:
             response = client.get_records(ShardIterator=iterator, Limit=1000)
-            records = response.get("Records", [])
-            empty_reads = 0 if records else empty_reads + 1
-            for record in records:
+            calls += 1
+            for record in response.get("Records", []):
                 data = record["dynamodb"]
-                if int(data["SequenceNumber"]) > end:
-                    return changes
+                sequence = int(data["SequenceNumber"])
+                if sequence > end:
+                    return _StreamRead(changes, reached_end=True, calls=calls)
                 changes.append(
                     StreamChange(
-                        data["SequenceNumber"],
-                        record.get("eventName", ""),
-                        data.get("NewImage"),
+                        data["SequenceNumber"], record.get("eventName", ""), data.get("NewImage"), stream_arn
                     )
                 )
+                if sequence == end:
+                    return _StreamRead(changes, reached_end=True, calls=calls)
             iterator = response.get("NextShardIterator")
-        return changes
+        return _StreamRead(changes, reached_end=False, calls=calls)
+
+    # --- parked poison ----------------------------------------------------------------------------
+    def redrive_parked(self, body: dict[str, Any]) -> RecoveryReport:
+        """Republish a record the relay parked, once whatever made it unpublishable has been fixed."""
+        report = RecoveryReport(source="poison queue", expected=1)
+        event_id = str(body.get("eventId"))
+        image = body.get("item")
+        if image is None:  # too large for the message: read it from the table by its key
+            table = table_of_stream(str(body.get("streamArn") or ""))
+            image = aws.dynamodb().get_item(TableName=table, Key=body["key"], ConsistentRead=True).get("Item")
+            if image is None:
+                report.missing.append(f"parked event {event_id} is no longer in {table} (deleted by TTL?)")
+                return report
+        report.found = 1
+        try:
+            entry = decode_outbox_image(image, self._max_event_bytes)
+        except InvalidEnvelope as exc:
+            report.unpublished.append(event_id)
+            report.missing.append(f"event {event_id} is still unpublishable: {exc.message} {exc.details}")
+            return report
+        result = self._publisher.publish_in_order([entry])
+        report.published = result.confirmed
+        if result.first_unpublished is not None:
+            report.unpublished.append(entry.event_id)
+        return report
 
     # --- replay ---------------------------------------------------------------------------------
+    def _ttl_horizon(self) -> datetime:
+        """Items written before this may already be deleted by TTL."""
+        return self._clock() - self._ttl
+
     def replay_window(self, table: str, start: datetime, end: datetime) -> RecoveryReport:
+        report = RecoveryReport(source="table")
+        horizon = self._ttl_horizon()
+        if start < horizon:
+            report.missing.append(
+                f"the window starts at {start.isoformat()}, before the outbox TTL horizon "
+                f"{horizon.isoformat()}: events written before it may have been deleted"
+            )
         low, high = keys.outbox_time_bounds(start, end)
         item_keys: list[dict[str, Any]] = []
         paginator = aws.dynamodb().get_paginator("query")
@@ -157,11 +287,11 @@ class OutboxRecovery:
                 ExpressionAttributeValues={":b": {"S": bucket}, ":low": {"S": low}, ":high": {"S": high}},
             ):
                 item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in page.get("Items", []))
-        return self._publish_images(self._get_items(table, item_keys), RecoveryReport(source="table"))
+        return self._publish_images(self._get_items(table, item_keys, report), report)
 
     def replay_events(self, table: str, event_ids: list[str]) -> RecoveryReport:
         item_keys: list[dict[str, Any]] = []
-        report = RecoveryReport(source="table")
+        report = RecoveryReport(source="table", expected=len(event_ids))
         for event_id in event_ids:
             items = aws.dynamodb().query(
                 TableName=table,
@@ -170,40 +300,75 @@ class OutboxRecovery:
                 ExpressionAttributeValues={":id": {"S": event_id}},
             )["Items"]
             if not items:
-                report.unpublished.append(event_id)  # unknown (or expired) event id
+                report.missing.append(f"event {event_id} is not in {table} (unknown, or deleted by TTL)")
             item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in items)
-        return self._publish_images(self._get_items(table, item_keys), report)
+        return self._publish_images(self._get_items(table, item_keys, report), report)
 
-    def _get_items(self, table: str, item_keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _get_items(
+        self, table: str, item_keys: list[dict[str, Any]], report: RecoveryReport
+    ) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         for start in range(0, len(item_keys), 100):
             pending: dict[str, Any] = {
                 table: {"Keys": item_keys[start : start + 100], "ConsistentRead": True}
             }
-            for _ in range(10):
-                if not pending:
-                    break
+            for attempt in range(_BATCH_GET_ATTEMPTS):
+                if attempt:  # full-jitter backoff: 0.1 s, 0.2 s ... capped at 5 s
+                    self._sleep(random.random() * min(5.0, 0.1 * 2**attempt))  # noqa: S311
                 response = aws.dynamodb().batch_get_item(RequestItems=pending)
                 items.extend(response.get("Responses", {}).get(table, []))
                 pending = dict(response.get("UnprocessedKeys") or {})
+                if not pending:
+                    break
+            for key in (pending.get(table) or {}).get("Keys", []):
+                report.missing.append(
+                    f"item {key[keys.PK]['S']}|{key[keys.SK]['S']} of {table} still unprocessed by "
+                    f"BatchGetItem after {_BATCH_GET_ATTEMPTS} attempts"
+                )
         return items
 
-    def _publish_images(self, images: list[dict[str, Any]], report: RecoveryReport) -> RecoveryReport:
+    def _publish_images(
+        self, images: list[dict[str, Any]], report: RecoveryReport, stream_arn: str | None = None
+    ) -> RecoveryReport:
         entries: list[OutboxEntry] = []
         for image in images:
             try:
                 entries.append(decode_outbox_image(image, self._max_event_bytes))
-            except InvalidEnvelope:
-                report.poison.append(f"{image[keys.PK]['S']}|{image[keys.SK]['S']}")
-        # Oldest first, and an aggregate's events by sequence, as the relay would have sent them.
-        entries.sort(key=lambda e: (e.occurred_at, e.aggregate, e.sequence))
-        report.found = len(entries) + len(report.poison)
-        result = self._publisher.publish_in_order(entries)
+            except InvalidEnvelope as exc:
+                self._park(image, exc, report, stream_arn)
+        report.found = len(images)
+        ordered = in_publish_order(entries)
+        result = self._publisher.publish_in_order(ordered)
         report.published = result.confirmed
         if result.first_unpublished is not None:
-            report.unpublished.extend(e.event_id for e in entries[result.first_unpublished :])
+            report.unpublished.extend(e.event_id for e in ordered[result.first_unpublished :])
         logger.info(
             "outbox events republished",
-            extra={"source": report.source, "found": report.found, "published": report.published},
+            extra={
+                "source": report.source,
+                "found": report.found,
+                "published": report.published,
+                "complete": report.complete,
+            },
         )
         return report
+
+    def _park(
+        self, image: dict[str, Any], exc: InvalidEnvelope, report: RecoveryReport, stream_arn: str | None
+    ) -> None:
+        event_id = image.get("eventId", {}).get("S") or f"{image[keys.PK]['S']}|{image[keys.SK]['S']}"
+        record = PoisonRecord(
+            sequence_number="",
+            event_id=event_id,
+            reason=exc.message,
+            details=exc.details,
+            image=image,
+            stream_arn=stream_arn,
+        )
+        try:
+            self._poison_sink.park(record)
+        except ClientError as error:
+            report.unpublished.append(event_id)
+            report.missing.append(f"poison record {event_id} could not be parked: {error}")
+            return
+        report.poison.append(event_id)

@@ -1,10 +1,13 @@
 """The outbox relay: from table stream changes to the event bus, with an exact checkpoint.
 
 Input is a list of stream changes in shard order (from a Lambda stream batch, or read back from the
-stream by redrive). Non-outbox changes are skipped. The relay publishes the outbox events in order
-and stops at the first event that cannot be published (a poison record or a publish failure), so the
-caller can report exactly that change's sequence number: Lambda then retries from it, and nothing
-before it is sent again.
+stream by redrive). Non-outbox changes are skipped. Two kinds of failure, handled differently:
+- a poison record (it can never be published: undecodable image, invalid envelope, oversize) is
+  parked whole in the poison queue and the relay moves on, so it never holds its shard and never
+  takes healthy neighbours to a dead-letter queue with it, whatever Lambda's bisection does;
+- a transient failure (throttling, EventBridge errors, the poison queue itself failing) stops the
+  relay at that record: the caller reports its sequence number, Lambda retries from it, and nothing
+  before it is sent again. The shard waits, in order, until the failure clears.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import BotoCoreError, ClientError
 
 from shop.envelope import parse_time
 from shop.errors import InvalidEnvelope
 from shop.observability import logger, metrics
 from shop.outbox import OutboxEntry, decode_outbox_image, is_outbox_image
+from shop.poison import PoisonRecord, PoisonSink
 from shop.publisher import EventPublisher, PublishResult
 
 
@@ -30,14 +35,15 @@ class StreamChange:
     sequence_number: str
     event_name: str  # INSERT, MODIFY, REMOVE (TTL deletions may arrive under other names)
     new_image: dict[str, Any] | None
+    stream_arn: str | None = None
 
 
 @dataclass
 class RelayOutcome:
     published: list[OutboxEntry] = field(default_factory=list)
+    parked: list[PoisonRecord] = field(default_factory=list)
     skipped: int = 0
     checkpoint: str | None = None  # sequence number to retry from; None = whole batch done
-    poison_event_id: str | None = None
     publish: PublishResult | None = None
 
 
@@ -49,54 +55,83 @@ def _event_id_of(image: dict[str, Any]) -> str:
 def relay_outbox_changes(
     changes: Sequence[StreamChange],
     publisher: EventPublisher,
+    poison_sink: PoisonSink,
     max_event_bytes: int,
     remaining_seconds: Callable[[], float] = lambda: 60.0,
 ) -> RelayOutcome:
     outcome = RelayOutcome()
-    to_publish: list[tuple[StreamChange, OutboxEntry]] = []
-    poison: StreamChange | None = None
-    for change in changes:
+    publishable: list[tuple[int, OutboxEntry]] = []  # (position in changes, entry)
+    poison: list[tuple[int, PoisonRecord]] = []
+    for position, change in enumerate(changes):
         if change.event_name != "INSERT" or not is_outbox_image(change.new_image):
             outcome.skipped += 1  # foreign items, updates, TTL deletions: not ours to publish
             continue
         assert change.new_image is not None
         try:
-            to_publish.append((change, decode_outbox_image(change.new_image, max_event_bytes)))
+            publishable.append((position, decode_outbox_image(change.new_image, max_event_bytes)))
         except InvalidEnvelope as exc:
-            poison = change
-            outcome.poison_event_id = _event_id_of(change.new_image)
-            logger.error(
-                "poison outbox record",
-                extra={
-                    "event_id": outcome.poison_event_id,
-                    "sequence_number": change.sequence_number,
-                    "reason": exc.message,
-                    "details": exc.details,
-                },
-            )
-            metrics.add_metric(name="PoisonRecords", unit=MetricUnit.Count, value=1)
-            break  # everything after it is redelivered with it; sending it now would duplicate
+            poison.append((position, _poison_record(change, exc)))
 
-    entries = [entry for _, entry in to_publish]
+    entries = [entry for _, entry in publishable]
     result = publisher.publish_in_order(entries, remaining_seconds)
     outcome.publish = result
     outcome.published = [entries[p] for p in sorted(result.accepted_positions)]
+    stop = len(changes)  # position of the first change this invocation did not finish
     if result.first_unpublished is not None:
-        failed_change, failed_entry = to_publish[result.first_unpublished]
-        outcome.checkpoint = failed_change.sequence_number
+        stop, failed_entry = publishable[result.first_unpublished]
         logger.warning(
             "publish failed; checkpointing",
             extra={
                 "event_id": failed_entry.event_id,
                 "correlation_id": failed_entry.correlation_id,
-                "sequence_number": failed_change.sequence_number,
+                "sequence_number": changes[stop].sequence_number,
                 "failures_by_code": result.failures_by_code,
             },
         )
-    elif poison is not None:
-        outcome.checkpoint = poison.sequence_number
+    # Only poison before the checkpoint is parked: what follows it is redelivered and parked then,
+    # so a retried batch never parks the same record twice.
+    for position, record in poison:
+        if position >= stop:
+            break
+        if not _park(record, poison_sink):
+            stop = position
+            break
+        outcome.parked.append(record)
+    if stop < len(changes):
+        outcome.checkpoint = changes[stop].sequence_number
     _record_metrics(outcome, result)
     return outcome
+
+
+def _poison_record(change: StreamChange, exc: InvalidEnvelope) -> PoisonRecord:
+    assert change.new_image is not None
+    return PoisonRecord(
+        sequence_number=change.sequence_number,
+        event_id=_event_id_of(change.new_image),
+        reason=exc.message,
+        details=exc.details,
+        image=change.new_image,
+        stream_arn=change.stream_arn,
+    )
+
+
+def _park(record: PoisonRecord, sink: PoisonSink) -> bool:
+    extra = {
+        "event_id": record.event_id,
+        "sequence_number": record.sequence_number,
+        "reason": record.reason,
+        "details": record.details,
+    }
+    try:
+        sink.park(record)
+    except (ClientError, BotoCoreError) as exc:
+        # Transient like any publish failure: the shard waits here rather than lose the record.
+        logger.warning("poison queue unavailable; checkpointing", extra={**extra, "error": str(exc)[:500]})
+        metrics.add_metric(name="PoisonParkFailed", unit=MetricUnit.Count, value=1)
+        return False
+    logger.error("poison outbox record", extra={**extra, "action": "parked in the poison queue"})
+    metrics.add_metric(name="PoisonRecords", unit=MetricUnit.Count, value=1)
+    return True
 
 
 def _record_metrics(outcome: RelayOutcome, result: PublishResult) -> None:
@@ -106,5 +141,6 @@ def _record_metrics(outcome: RelayOutcome, result: PublishResult) -> None:
         metrics.add_metric(name=f"PublishFailed.{code}", unit=MetricUnit.Count, value=count)
     published_at = datetime.now(UTC)
     for entry in outcome.published[:100]:  # EMF holds at most 100 values per metric
+        # occurred_at was validated (RFC 3339 with an offset) when the entry was decoded.
         lag = (published_at - parse_time(entry.occurred_at)).total_seconds() * 1000
         metrics.add_metric(name="RelayLag", unit=MetricUnit.Milliseconds, value=max(lag, 0.0))
