@@ -26,7 +26,7 @@ AUDITED    := layers/shared/requirements.txt $(wildcard functions/*/requirements
 # --ignore-vuln <ID> here with a comment saying why it does not apply.
 AUDIT_ARGS := --vulnerability-service $(or $(AUDIT_SERVICE),pypi)
 
-.PHONY: help install lint scan audit build test test-unit test-integration test-e2e deploy local invoke clean
+.PHONY: help install lint scan audit build test test-unit test-conformance test-integration test-e2e deploy local invoke clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -82,13 +82,16 @@ test-unit: $(STAMP) ## unit tests (moto, no network)
 test-integration: $(STAMP) $(NODE_STAMP) build ## integration tests against DynamoDB Local and the build output
 	$(PYTEST) tests/integration
 
+test-conformance: $(STAMP) $(NODE_STAMP) ## the local stack against AWS's documented behaviour (tests/conformance)
+	$(PYTEST) tests/conformance
+
 test-e2e: $(STAMP) ## tests against a deployed stack (skipped without AWS credentials)
 	$(PYTEST) tests/e2e
 
 # One pytest session over every suite, so the run's closing line counts every test (CI reads it);
-# test-unit / test-integration / test-e2e remain for running one layer.
-test: lint build $(NODE_STAMP) ## everything CI checks: lint, then unit, integration and e2e tests in one pytest session
-	$(PYTEST) tests/unit tests/integration tests/e2e
+# test-unit / test-conformance / test-integration / test-e2e remain for running one layer.
+test: lint build $(NODE_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
+	$(PYTEST) tests/unit tests/conformance tests/integration tests/e2e
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
 	$(BIN)/sam deploy $(ARGS)

@@ -31,6 +31,8 @@ class StreamSource:
     maximum_record_age_seconds: int = -1
     on_failure_arn: str | None = None
     enabled: bool = True
+    # Batches of one shard processed at once, each item's records still in order (see stream_poller).
+    parallelization_factor: int = 1
 
     @property
     def label(self) -> str:
@@ -112,11 +114,9 @@ def _stream_source(
                 f"{where}: FilterCriteria uses {foreign}; DynamoDB mappings only support filtering on the "
                 "'dynamodb' key (applied locally anyway)"
             )
-    if int(props.get("ParallelizationFactor", 1)) > 1:
-        found.warnings.append(
-            f"{where}: ParallelizationFactor {props['ParallelizationFactor']} runs as 1 locally "
-            "(one batch per shard at a time)"
-        )
+    parallelization_factor = int(props.get("ParallelizationFactor", 1))
+    if not 1 <= parallelization_factor <= 10:
+        raise TemplateError(f"{where}: ParallelizationFactor must be 1 to 10, got {parallelization_factor}")
     if props.get("TumblingWindowInSeconds"):
         found.warnings.append(f"{where}: TumblingWindowInSeconds is not emulated")
     on_failure = ((props.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
@@ -135,6 +135,7 @@ def _stream_source(
             maximum_record_age_seconds=int(props.get("MaximumRecordAgeInSeconds", -1)),
             on_failure_arn=str(on_failure) if on_failure else None,
             enabled=_flag(props.get("Enabled", True)),
+            parallelization_factor=parallelization_factor,
         )
     )
 

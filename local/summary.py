@@ -100,6 +100,8 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
             settings += f", {len(stream.filters)} filter(s)"
         if stream.on_failure_arn:
             settings += f", on failure → {stream.on_failure_arn.rsplit(':', 1)[-1]}"
+        if stream.parallelization_factor > 1:
+            settings += f", {stream.parallelization_factor} batches per shard at once (in order per item)"
         lines.append(f"  {stream.table} stream → {short_name(stream.function)}  {dim(settings)}")
     for queue in sources.queues:
         settings = f"batch {queue.batch_size}, window {queue.batching_window_seconds:g} s"

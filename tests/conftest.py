@@ -1,9 +1,20 @@
-"""Fixtures shared by every test layer."""
+"""Fixtures shared by every test layer.
+
+The local stack's fixtures are here too, so the layers that use it (tests/integration,
+tests/conformance) share one of each per session:
+- `local_services`: DynamoDB Local and moto server, shared by every stack of the session.
+- `local_stack`: template.yaml exactly as `make local` runs it (seeded, API on a free port).
+- `probe_stack`: template.yaml plus the test-only resources of integration/probe/fragment.yaml (stack
+  name "probe", only the probe functions started), for the event source semantics.
+Each fixture stops what it started and asserts that none of its processes is left.
+"""
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +27,10 @@ os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 import shop.aws
 import shop.config
 import shop.observability
-from local.template import Template
+from local.processes import live_children
+from local.services import LocalServices
+from local.stack import LocalStack, StackOptions
+from local.template import Template, load_yaml
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
 
 FAKE_CREDENTIALS = {
@@ -26,6 +40,8 @@ FAKE_CREDENTIALS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
+PROBE_FRAGMENT = Path(__file__).with_name("integration") / "probe" / "fragment.yaml"
+PROBE_FUNCTIONS = frozenset({"ProbeStreamFunction", "ProbeQueueFunction"})
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +92,71 @@ def invoke(
 
     yield _invoke
     reset_process_state()
+
+
+# --- the local stack ------------------------------------------------------------------------------
+def assert_processes_gone(pids: list[int]) -> None:
+    left = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        left.append(pid)
+    assert not left, f"processes still running after stop: {left}"
+
+
+def probe_template_data() -> dict[str, Any]:
+    """template.yaml with the probe resources added (a copy: the file itself is not touched)."""
+    data = copy.deepcopy(Template.load().data)
+    data["Resources"].update(load_yaml(PROBE_FRAGMENT)["Resources"])
+    return data
+
+
+def start_stack(template: Template, options: StackOptions, services: LocalServices) -> LocalStack:
+    stack = LocalStack(template, options, services=services)
+    stack.start()
+    assert not stack.report.init_errors, f"functions failed to start: {stack.report.init_errors}"
+    return stack
+
+
+def stop_stack(stack: LocalStack) -> None:
+    pids = stack.child_pids()
+    stack.stop()
+    assert_processes_gone(pids)
+
+
+@pytest.fixture(scope="session")
+def local_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServices]:
+    services = LocalServices(tmp_path_factory.mktemp("local-services"))
+    services.start()
+    yield services
+    pids = services.child_pids()
+    services.stop()
+    assert_processes_gone(pids)
+    assert not live_children(), f"children of the test process still running: {live_children()}"
+
+
+@pytest.fixture(scope="session")
+def local_stack(
+    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    options = StackOptions(api_port=0, data_dir=tmp_path_factory.mktemp("local-stack"))
+    stack = start_stack(Template.load(), options, local_services)
+    yield stack
+    stop_stack(stack)
+
+
+@pytest.fixture(scope="session")
+def probe_stack(
+    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    options = StackOptions(
+        api_port=0,
+        data_dir=tmp_path_factory.mktemp("probe-stack"),
+        seed_file=None,
+        only_functions=PROBE_FUNCTIONS,
+    )
+    stack = start_stack(Template(probe_template_data(), stack_name="probe"), options, local_services)
+    yield stack
+    stop_stack(stack)
