@@ -4,6 +4,10 @@ writes .chaos/isolation.json.
 `make fuzz` (python -m chaos fuzz): schemathesis against the local stack's API (REQUESTS=1000, SEED=7),
 writes .chaos/fuzz.json.
 `python -m chaos openapi`: regenerate chaos/openapi.json from the API's resolver.
+Recovery scenarios (chaos/recovery_scenarios.py), each writes .chaos/<name>.json:
+    `python -m chaos full-batch`     one poison at position 3 of a full relay batch of 100
+    `python -m chaos stale-redrive`  the operator's redrive refuses a DLQ batch older than the outbox TTL
+    `python -m chaos replay`         a chaos run (ORDERS=100 by default), then a 2-day replay of both tables
 
 Settings from the environment, as the Makefile passes them:
     ORDERS=200        orders to place
@@ -20,8 +24,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
-from chaos import fuzz, openapi
+from chaos import fuzz, openapi, recovery_scenarios
 from chaos.harness import DEFAULT_OUT_DIR, ChaosConfig, run
 from chaos.isolation import Isolation
 from chaos.isolation import render as render_isolation
@@ -39,10 +44,10 @@ def _env_int(name: str, default: int | None) -> int | None:
         raise SystemExit(f"error: {name} must be an integer, got {raw!r}") from None
 
 
-def config_from_env() -> ChaosConfig:
+def config_from_env(orders: int = 200) -> ChaosConfig:
     drain = _env_int("DRAIN_TIMEOUT", None)
     return ChaosConfig(
-        orders=_env_int("ORDERS", 200) or 200,
+        orders=_env_int("ORDERS", orders) or orders,
         seed=_env_int("SEED", 7) or 0,
         workers=_env_int("WORKERS", 6) or 6,
         rate=float(_env_int("RATE", 4) or 0) or None,
@@ -77,16 +82,49 @@ def fuzz_api() -> int:
     return 0 if report["passed"] else 1
 
 
+def _write(name: str, report: dict[str, Any]) -> None:
+    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (DEFAULT_OUT_DIR / f"{name}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def scenario(name: str) -> int:
+    """One recovery scenario: 0 when its expectation holds, 1 when not, 2 when it could not be made."""
+    try:
+        if name == "replay":
+            report = recovery_scenarios.replay_after_chaos(config_from_env(orders=100))
+            _write(name, report)
+            print(render(report))
+            return 0 if report["passed"] else 1
+        runner = {
+            "full-batch": recovery_scenarios.FullBatchPoison,
+            "stale-redrive": recovery_scenarios.StaleRedrive,
+        }
+        report = runner[name](DEFAULT_OUT_DIR).run()
+    except (StartupError, RuntimeError, TimeoutError) as exc:
+        print(f"error: the {name} scenario could not be made: {exc}", file=sys.stderr)
+        return 2
+    _write(name, report)
+    print(recovery_scenarios.render(report))
+    return 0 if report["passed"] else 1
+
+
+SCENARIOS = ("full-batch", "stale-redrive", "replay")
+
+
 def main(argv: list[str]) -> int:
     if argv[1:] == ["isolation"]:
         return isolation()
+    if len(argv) == 2 and argv[1] in SCENARIOS:
+        return scenario(argv[1])
     if argv[1:] == ["fuzz"]:
         return fuzz_api()
     if argv[1:] == ["openapi"]:
         print(f"wrote {openapi.relative(openapi.write())}")
         return 0
     if argv[1:]:
-        print("usage: python -m chaos [isolation | fuzz | openapi]", file=sys.stderr)
+        print(
+            f"usage: python -m chaos [isolation | fuzz | openapi | {' | '.join(SCENARIOS)}]", file=sys.stderr
+        )
         return 2
     config = config_from_env()
     try:

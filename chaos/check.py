@@ -33,6 +33,7 @@ from shop.inventory import INVENTORY_REJECTED, INVENTORY_RELEASED, INVENTORY_RES
 from shop.notifications import NOTIFIABLE
 from shop.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_REJECTED
 from shop.outbox import ENVELOPE
+from shop.poison import POISON_KIND
 from shop.recovery import FailedStreamBatch
 
 if TYPE_CHECKING:
@@ -247,12 +248,17 @@ class Evidence:
     initial_stock: dict[str, int]
     poison_items: list[PoisonItem]
     malformed: list[MalformedMessage]
+    # The relay's last resort (batches older than RelayMaximumRecordAgeSeconds): empty in a chaos run.
     relay_dlq: list[str]
     relay_dlq_keys: list[list[tuple[str, str]]]
     consumer_dlqs: dict[str, list[str]]  # queue logical id -> bodies
     harness_errors: list[str]
     # Invocations that ended with the environment dying (crash or timeout), by function: injected or not.
     deaths: dict[str, int] = field(default_factory=dict)
+    # Where the relay parks poison records whole, and each injected poison item as the table holds it
+    # now (None: not in the table).
+    relay_poison_queue: list[str] = field(default_factory=list)
+    poison_table_items: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
 
     def lost_publish_responses(self) -> int:
         """Publish attempts of the notifier that ended without an answer (observed, not injected)."""
@@ -528,22 +534,77 @@ def _states_consistent(evidence: Evidence) -> Check:
     return check
 
 
+def canonical_item(item: dict[str, Any] | None) -> str:
+    """An item in attribute-value form as canonical JSON: equal text, equal bytes attribute for attribute."""
+    return json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def parked_poison(body: str) -> dict[str, Any] | None:
+    """A relay poison queue message, decoded; None when it is not one."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("kind") != POISON_KIND:
+        return None
+    return message
+
+
+def parked_key(message: dict[str, Any]) -> tuple[str, str] | None:
+    """The outbox item key a parked poison message names (from its item, or its key when omitted)."""
+    item = message.get("item") or message.get("key")
+    if not isinstance(item, dict):
+        return None
+    pk, sk = item.get(keys.PK, {}).get("S"), item.get(keys.SK, {}).get("S")
+    return (pk, sk) if isinstance(pk, str) and isinstance(sk, str) else None
+
+
 def _dead_letters(evidence: Evidence) -> Check:
-    check = Check("dead_letters_exact", "the dead-letter queues hold exactly the poison injected on purpose")
-    poison = _poison_keys(evidence)
-    covered: set[tuple[str, str]] = set()
+    check = Check(
+        "dead_letters_exact",
+        "the poison queue holds each injected poison item once, whole; the relay DLQ nothing; each "
+        "consumer DLQ exactly its malformed messages",
+    )
+    poison = {(p.pk, p.sk): p for p in evidence.poison_items}
+    parked: Counter[tuple[str, str]] = Counter()
+    whole: set[tuple[str, str]] = set()  # parked with its item, equal to the table's, byte for byte
+    for body in evidence.relay_poison_queue:
+        message = parked_poison(body)
+        key = parked_key(message) if message is not None else None
+        if message is None or key is None:
+            check.fail(f"poison queue message that is not a parked outbox record: {body[:200]}")
+            continue
+        parked[key] += 1
+        injected = poison.get(key)
+        if injected is None:
+            check.fail(f"poison queue holds a record that was not injected: {key[0]} {key[1]}")
+            continue
+        if message.get("eventId") != injected.event_id:
+            check.fail(
+                f"poison {key[0]} {key[1]} parked as event {message.get('eventId')}, not {injected.event_id}"
+            )
+            continue
+        if "item" not in message:
+            check.fail(f"poison {key[0]} {key[1]} parked without its item: {message.get('itemOmitted')}")
+            continue
+        in_table = evidence.poison_table_items.get(key)
+        if in_table is None:
+            check.fail(f"poison {key[0]} {key[1]} is no longer in {injected.table}")
+        elif canonical_item(message["item"]) != canonical_item(in_table):
+            check.fail(f"poison {key[0]} {key[1]}: the parked item differs from the item in {injected.table}")
+        else:
+            whole.add(key)
+    for key, count in sorted(parked.items()):
+        if count > 1 and key in poison:
+            check.fail(f"poison {key[0]} {key[1]} parked {count} times")
+    for pk, sk in sorted(set(poison) - set(parked)):
+        check.fail(f"poison outbox item {pk} {sk} is not in the poison queue")
     for body, batch_keys in zip(evidence.relay_dlq, evidence.relay_dlq_keys, strict=True):
-        extra = set(batch_keys) - poison
-        if extra:
-            check.fail(f"relay DLQ batch covers records that are not poison: {sorted(extra)[:3]}")
-        if not batch_keys:
-            check.fail(f"relay DLQ message covers no outbox record: {body[:200]}")
-        covered.update(batch_keys)
-    for pk, sk in sorted(poison - covered):
-        check.fail(f"poison outbox item {pk} {sk} is not in the relay DLQ")
+        covers = f"covering {len(batch_keys)} outbox record(s), e.g. {sorted(batch_keys)[:3]}"
+        check.fail(f"the relay DLQ must stay empty; it holds a batch {covers}: {body[:160]}")
     expected: dict[str, set[str]] = defaultdict(set)
-    for message in evidence.malformed:
-        expected[message.queue].add(message.body)
+    for malformed in evidence.malformed:
+        expected[malformed.queue].add(malformed.body)
     for queue in sorted(set(expected) | set(evidence.consumer_dlqs)):
         found = Counter(evidence.consumer_dlqs.get(queue, []))
         for body, count in found.items():
@@ -553,9 +614,11 @@ def _dead_letters(evidence: Evidence) -> Check:
                 check.fail(f"{queue} DLQ holds a malformed message {count} times")
         for body in expected[queue] - set(found):
             check.fail(f"{queue} DLQ lacks the malformed message {body[:80]}")
-    check.figures["relay_dlq_messages"] = len(evidence.relay_dlq)
-    check.figures["relay_dlq_poison_records"] = len(covered & poison)
+    check.figures["poison_queue_messages"] = len(evidence.relay_poison_queue)
+    # Injected poison items parked exactly once, whole and equal to the table's item.
+    check.figures["poison_parked_whole"] = sum(1 for k in whole if parked[k] == 1)
     check.figures["poison_outbox_items"] = len(poison)
+    check.figures["relay_dlq_messages"] = len(evidence.relay_dlq)
     check.figures["consumer_dlq_messages"] = {q: len(b) for q, b in sorted(evidence.consumer_dlqs.items())}
     check.figures["malformed_messages"] = len(evidence.malformed)
     return check

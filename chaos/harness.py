@@ -4,6 +4,11 @@ The stack is template.yaml as `make local` runs it, with two differences, both o
 the consumer queues' visibility timeout is the consumer timeout + 5 s instead of 60 s (still longer
 than the function timeout, as Lambda requires, so an IN_PROGRESS record left by a dead consumer has
 expired when its message comes back), and the stack name is "chaos".
+
+Poison outbox items are parked by the relay in its poison queue: the drain waits for them there, and
+the relay dead-letter queue (batches older than RelayMaximumRecordAgeSeconds) must stay empty. An
+epilogue (Run(..., epilogue=...)) runs after the checks with the stack still up: the replay scenario of
+chaos/recovery_scenarios.py is one.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,11 +61,13 @@ from local.event_sources import read_event_sources
 from local.services import LocalServices
 from local.stack import LocalStack, StackOptions
 from local.template import ROOT, Template
+from shop import keys
 from shop.notifications import NOTIFIABLE
 from shop.recovery import FailedStreamBatch
 
 FAULTS_MODULE = Path(__file__).with_name("faults.py")
 DEFAULT_OUT_DIR = ROOT / ".chaos"
+POISON_QUEUE_VARIABLE = "RELAY_POISON_QUEUE_URL"
 ROLES = {
     "OrdersApiFunction": API,
     "OutboxRelayFunction": RELAY,
@@ -82,6 +90,9 @@ class ChaosConfig:
     rate: float | None = 4.0
     client_timeout_seconds: float = 3.0
     drain_timeout_seconds: float | None = None  # None: from the number of orders
+    # Poison on purpose (outbox items the relay cannot decode, malformed consumer messages). Off, a
+    # drain no longer waits maxReceiveCount visibility timeouts for the malformed messages' DLQs.
+    inject_poison: bool = True
     max_receive_count: int | None = None  # None: the template's ConsumerMaxReceiveCount
     duplicate_id_prefixes: int = 1  # of 16 hex digits: the share of each consumer's events sent twice
     out_dir: Path = DEFAULT_OUT_DIR
@@ -163,11 +174,12 @@ def chaos_template(config: ChaosConfig) -> Template:
 
 @dataclass
 class Topology:
-    """Where things are, read from the template: consumer queues and their DLQs, the relay DLQ."""
+    """Where things are, read from the template: consumer queues and their DLQs, the relay's queues."""
 
     consumer_queues: dict[str, str] = field(default_factory=dict)  # queue -> function
     consumer_dlqs: dict[str, str] = field(default_factory=dict)  # queue -> its dead-letter queue
-    relay_dlq: str = ""
+    relay_dlq: str = ""  # the mappings' OnFailure: batches that aged out (must stay empty here)
+    relay_poison_queue: str = ""  # where the relay parks poison records whole
     routes: list[DuplicateRoute] = field(default_factory=list)
 
     @classmethod
@@ -184,6 +196,7 @@ class Topology:
         if len(relay_dlqs) != 1:
             raise RuntimeError(f"expected one OnFailure destination for the relay, found {relay_dlqs}")
         topology.relay_dlq = template.logical_id_for_arn(relay_dlqs.pop()) or ""
+        topology.relay_poison_queue = relay_poison_queue(template)
         for rule in template.of_type("AWS::Events::Rule"):
             for target in template.properties(rule).get("Targets", []):
                 queue = template.logical_id_for_arn(str(target.get("Arn", "")))
@@ -192,9 +205,44 @@ class Topology:
         return topology
 
 
+def relay_poison_queue(template: Template) -> str:
+    """The queue the relay parks poison in: the one its RELAY_POISON_QUEUE_URL refers to."""
+    relays = {s.function for s in read_event_sources(template).streams}
+    urls = {str(template.function(f).environment.get(POISON_QUEUE_VARIABLE, "")) for f in relays}
+    found = [
+        queue for queue in template.of_type("AWS::SQS::Queue") if template.resolve({"Ref": queue}) in urls
+    ]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one poison queue ({POISON_QUEUE_VARIABLE}) of the relay, found {found}")
+    return found[0]
+
+
+@dataclass
+class Live:
+    """What an epilogue gets: the running stack's parts, after the run was drained and checked."""
+
+    topology: Topology
+    capture: BusCapture
+    notifications: NotificationCapture
+    duplicator: Duplicator
+    outcomes: list[OrderOutcome]
+    checks: list[Check]
+
+
+# Runs after the checks, with the stack and the captures still up; returns a report with "passed".
+Epilogue = Callable[["Run", Live], dict[str, Any]]
+
+
 class Run:
-    def __init__(self, config: ChaosConfig, services: LocalServices | None = None) -> None:
+    def __init__(
+        self,
+        config: ChaosConfig,
+        services: LocalServices | None = None,
+        epilogue: Epilogue | None = None,
+    ) -> None:
         self.config = config
+        self.epilogue = epilogue
+        self.epilogue_report: dict[str, Any] | None = None
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.run_dir = config.out_dir / "runs" / f"{stamp}-seed{config.seed}-n{config.orders}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -266,17 +314,23 @@ class Run:
         for part in (capture, notifications, duplicator):
             part.start()
         try:
-            self._poison_queues(topology)
-            self._poison_table("OrdersTable", poison.NOT_JSON)
+            if self.config.inject_poison:
+                self._poison_queues(topology)
+                self._poison_table("OrdersTable", poison.NOT_JSON)
             outcomes = self._drive()
             drive_end = time.monotonic()
             self.drained = self._drain(topology, capture, notifications, duplicator)
             self.timings["drain_seconds"] = time.monotonic() - drive_end
             evidence = self._evidence(topology, capture, notifications, duplicator, outcomes)
+            checks = evaluate(evidence)
+            if self.epilogue is not None and self.drained:
+                began_epilogue = time.monotonic()
+                live = Live(topology, capture, notifications, duplicator, outcomes, checks)
+                self.epilogue_report = self.epilogue(self, live)
+                self.timings["epilogue_seconds"] = time.monotonic() - began_epilogue
         finally:
             for part in (duplicator, notifications, capture):
                 part.stop()
-        checks = evaluate(evidence)
         self.timings["total_seconds"] = time.monotonic() - began
         return self._report(evidence, checks, duplicator)
 
@@ -296,10 +350,14 @@ class Run:
     def _drive(self) -> list[OrderOutcome]:
         plan = scripts(self.config.orders, self.config.seed, self.stock)
         driver = Driver(self.stack.api_url, self.config.client_timeout_seconds, self.config.workers)
-        thirds = {
-            len(plan) // 3: ("InventoryTable", poison.NO_ENVELOPE),
-            2 * len(plan) // 3: ("OrdersTable", poison.INVALID_ENVELOPE),
-        }
+        thirds = (
+            {
+                len(plan) // 3: ("InventoryTable", poison.NO_ENVELOPE),
+                2 * len(plan) // 3: ("OrdersTable", poison.INVALID_ENVELOPE),
+            }
+            if self.config.inject_poison
+            else {}
+        )
         started = time.monotonic()
         last = [started]
 
@@ -362,9 +420,11 @@ class Run:
         backlog = queue_depth(sqs, capture.queue_url) + queue_depth(sqs, notifications.queue_url)
         if backlog:
             reasons.append(f"{backlog} captured messages not read yet")
-        relay_dlq = queue_depth(sqs, self.stack.queue_url(topology.relay_dlq))
-        if relay_dlq < len(self.poison_items):
-            reasons.append(f"relay DLQ {relay_dlq}/{len(self.poison_items)}")
+        # Poison is parked by the relay in its poison queue; the relay DLQ is not waited for (it must
+        # stay empty: nothing in a run is older than RelayMaximumRecordAgeSeconds).
+        parked = queue_depth(sqs, self.stack.queue_url(topology.relay_poison_queue))
+        if parked < len(self.poison_items):
+            reasons.append(f"poison queue {parked}/{len(self.poison_items)}")
         expected = Counter(m.queue for m in self.malformed)
         for queue, count in expected.items():
             found = queue_depth(sqs, self.stack.queue_url(topology.consumer_dlqs[queue]))
@@ -415,6 +475,15 @@ class Run:
                 relay_keys.append([])
                 self.say(f"unreadable relay DLQ message: {exc}")
         consumer_dlqs = {queue: read_dlq(stack, dlq) for queue, dlq in topology.consumer_dlqs.items()}
+        dynamodb = stack.clients.dynamodb()
+        poison_table_items = {
+            (p.pk, p.sk): dynamodb.get_item(
+                TableName=stack.template.physical_name(p.table),
+                Key={keys.PK: {"S": p.pk}, keys.SK: {"S": p.sk}},
+                ConsistentRead=True,
+            ).get("Item")
+            for p in self.poison_items
+        }
         return Evidence(
             snapshot=collect(stack),
             bus=capture.snapshot(),
@@ -429,9 +498,15 @@ class Run:
             relay_dlq=relay_dlq,
             relay_dlq_keys=relay_keys,
             consumer_dlqs=consumer_dlqs,
+            relay_poison_queue=read_dlq(stack, topology.relay_poison_queue),
+            poison_table_items=poison_table_items,
             harness_errors=capture.errors + notifications.errors + duplicator.errors,
             deaths=self._deaths(),
         )
+
+    def evidence(self, live: Live) -> Evidence:
+        """The evidence as it stands now (an epilogue checks the invariants again after its work)."""
+        return self._evidence(live.topology, live.capture, live.notifications, live.duplicator, live.outcomes)
 
     def _deaths(self) -> dict[str, int]:
         with self._errors_lock:
@@ -455,6 +530,8 @@ class Run:
         effects = by_name["effects_once"].figures
         notes = by_name["one_notification_per_event"].figures
         passed = self.drained and all(check.ok for check in checks)
+        if self.epilogue is not None:
+            passed = passed and self.epilogue_report is not None and bool(self.epilogue_report["passed"])
         return {
             "passed": passed,
             "drained": self.drained,
@@ -494,14 +571,20 @@ class Run:
                 "notification_window_crashes_injected": notes["window_crashes_injected"],
                 "notification_repeats_after_uninjected_deaths": notes["repeats_after_uninjected_deaths"],
                 "lost_publish_responses_observed": notes["lost_publish_responses"],
-                "relay_dlq": by_name["dead_letters_exact"].figures["relay_dlq_poison_records"],
+                "poison_injected": by_name["dead_letters_exact"].figures["poison_outbox_items"],
+                "relay_poison_queue": by_name["dead_letters_exact"].figures["poison_parked_whole"],
+                "relay_poison_queue_messages": by_name["dead_letters_exact"].figures["poison_queue_messages"],
+                "relay_dlq": by_name["dead_letters_exact"].figures["relay_dlq_messages"],
                 "consumer_dlqs": by_name["dead_letters_exact"].figures["consumer_dlq_messages"],
             },
             "invariants": {check.name: check.to_dict() for check in checks},
+            **({"epilogue": self.epilogue_report} if self.epilogue is not None else {}),
             "plan": json.loads(self.plan.to_json()),
             "run_dir": str(self.run_dir),
         }
 
 
-def run(config: ChaosConfig, services: LocalServices | None = None) -> dict[str, Any]:
-    return Run(config, services).execute()
+def run(
+    config: ChaosConfig, services: LocalServices | None = None, epilogue: Epilogue | None = None
+) -> dict[str, Any]:
+    return Run(config, services, epilogue).execute()

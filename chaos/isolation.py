@@ -1,10 +1,12 @@
 """Poison-pill isolation, measured: one bad record among N on the stream, one bad message among N on a queue.
 
 Stream: N outbox items are written straight into the orders table, once all valid (the baseline) and
-once with an undecodable one in the middle. The relay must publish the N-1 others, put exactly the
-poison's range in its dead-letter queue, and hold the shard no longer than its retry budget (bisection
-plus MaximumRetryAttempts), measured as the extra time the whole batch took and the invocations spent
-on the poison.
+once with an undecodable one in the middle. The relay must publish the N-1 others, park the poison whole
+in its poison queue (the message's item equal to the table's, byte for byte), leave its dead-letter queue
+empty and not hold the shard: the poison is delivered once, in a batch that reports no
+batchItemFailures, and never retried. Measured: the extra time the whole run took, the invocations that
+held the poison and how long the shard waited on it (from the end of its first invocation to the end of
+its last: 0 when it was parked at once).
 Queue: N messages are sent straight to the notification queue, once all valid and once with a malformed
 one in the middle. The consumer must notify the N-1 others in about the baseline's time (the poison does
 not block the queue), and SQS must move the poison to the dead-letter queue after maxReceiveCount
@@ -24,17 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from chaos.bus import BusCapture, NotificationCapture, queue_depth
-from chaos.check import read_dlq, stream_range_keys
-from chaos.harness import ChaosConfig, chaos_template
+from chaos.check import canonical_item, parked_key, parked_poison, read_dlq
+from chaos.harness import ChaosConfig, chaos_template, relay_poison_queue
 from local.activity import Invocation
 from local.services import LocalServices
 from local.stack import LocalStack, StackOptions
+from local.template import Template
 from shop import keys
 from shop.config import EVENTBRIDGE_MAX_ENTRY_BYTES
 from shop.envelope import CloudEvent
 from shop.orders import ORDER_CONFIRMED
 from shop.outbox import ENVELOPE, outbox_item
-from shop.recovery import FailedStreamBatch
 
 PROBE_SOURCE = "chaos.isolation"
 PROBE_TYPE = "IsolationProbe"
@@ -53,10 +55,15 @@ class Phase:
     dead_lettered_after: float | None = None  # first write/send to the poison in the DLQ
     poison_invocations: int = 0  # invocations whose batch held the poison
     invocations: int = 0  # of the function, in this phase
-    dlq_exact: bool | None = None  # the DLQ holds exactly the poison (None: no poison in this phase)
-    # From the start of the first invocation that held the poison to the end of the last one: for the
-    # stream, how long the shard waited on it; for the queue, how long the poison kept coming back.
+    # Stream: the poison queue holds exactly the poison, whole, and the relay DLQ nothing. Queue: the
+    # DLQ holds exactly the poison. None: no poison in this phase.
+    dlq_exact: bool | None = None
+    # Stream: from the end of the first invocation that held the poison to the end of the last one,
+    # how long the shard waited on it (0: parked at once). Queue: from the start of the first
+    # invocation that held it to the end of the last one, how long the poison kept coming back.
     poison_held_seconds: float | None = None
+    relay_dlq_messages: int | None = None  # stream: new messages in the relay DLQ (must be 0)
+    batch_item_failures: int | None = None  # stream: records the relay reported failed in this phase
 
     def to_dict(self) -> dict[str, Any]:
         return {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -67,6 +74,93 @@ def _span(invocations: list[Invocation]) -> float | None:
         return None
     started = min(i.at - i.result.duration_ms / 1000 for i in invocations)
     return max(i.at for i in invocations) - started
+
+
+def _retried_for(invocations: list[Invocation]) -> float | None:
+    """How long a record was retried: from the end of its first invocation to the end of its last."""
+    if not invocations:
+        return None
+    return max(i.at for i in invocations) - min(i.at for i in invocations)
+
+
+@dataclass
+class ProbeBatch:
+    """Outbox items of probe events (no consumer rule matches them), one of them poison if asked."""
+
+    items: list[dict[str, Any]]
+    valid_ids: set[str]
+    poison_key: tuple[str, str] | None = None
+    poison_event_id: str | None = None
+
+
+def probe_items(count: int, poison_at: int | None, template: Template) -> ProbeBatch:
+    """`count` outbox items of probe events; the one at index `poison_at` has an undecodable envelope."""
+    run = uuid.uuid4().hex[:8]
+    ttl_days = int(template.parameter_values.get("OutboxTtlDays", "16"))
+    batch = ProbeBatch([], set())
+    for index in range(count):
+        event = CloudEvent.new(
+            source=PROBE_SOURCE,
+            type=PROBE_TYPE,
+            subject=f"iso-{run}-{index}",
+            sequence=1,
+            data={"index": index},
+            correlation_id=f"iso-{run}",
+        )
+        item = outbox_item(
+            event,
+            keys.order_partition(event.subject),
+            ttl_days=ttl_days,
+            time_shards=8,
+            max_event_bytes=EVENTBRIDGE_MAX_ENTRY_BYTES,
+        )
+        if index == poison_at:
+            item[ENVELOPE] = {"S": "{chaos: not JSON"}
+            batch.poison_key = (item[keys.PK]["S"], item[keys.SK]["S"])
+            batch.poison_event_id = event.id
+        else:
+            batch.valid_ids.add(event.id)
+        batch.items.append(item)
+    return batch
+
+
+def write_items(
+    stack: LocalStack, table: str, items: list[dict[str, Any]], *, one_by_one: bool = False
+) -> None:
+    """Write items to a table of the stack: BatchWriteItem (25 a call), or PutItem in order."""
+    dynamodb = stack.clients.dynamodb()
+    name = stack.template.physical_name(table)
+    if one_by_one:  # one stream record after the other, in this order
+        for item in items:
+            dynamodb.put_item(TableName=name, Item=item)
+        return
+    for start in range(0, len(items), _BATCH_WRITE):
+        requests: list[Any] = [{"PutRequest": {"Item": i}} for i in items[start : start + _BATCH_WRITE]]
+        for _ in range(10):
+            left = dynamodb.batch_write_item(RequestItems={name: requests}).get("UnprocessedItems", {})
+            requests = list(left.get(name, []))
+            if not requests:
+                break
+
+
+def parked_messages(stack: LocalStack, poison_queue: str, key: tuple[str, str]) -> list[dict[str, Any]]:
+    """The poison queue messages that park the outbox item with this key."""
+    messages = [parked_poison(body) for body in read_dlq(stack, poison_queue)]
+    return [m for m in messages if m is not None and parked_key(m) == key]
+
+
+def parked_whole(stack: LocalStack, message: dict[str, Any], key: tuple[str, str]) -> bool:
+    """The parked message holds the item exactly as the orders table holds it, byte for byte."""
+    in_table = (
+        stack.clients.dynamodb()
+        .get_item(
+            TableName=stack.template.physical_name("OrdersTable"),
+            Key={keys.PK: {"S": key[0]}, keys.SK: {"S": key[1]}},
+            ConsistentRead=True,
+        )
+        .get("Item")
+    )
+    return in_table is not None and canonical_item(message.get("item")) == canonical_item(in_table)
 
 
 def _wait(condition: Any, timeout: float, what: str) -> float:
@@ -90,6 +184,7 @@ class Isolation:
             only_functions=frozenset({"OutboxRelayFunction", "NotificationFunction"}),
         )
         self.stack = LocalStack(self.template, options, services=services)
+        self.poison_queue = relay_poison_queue(self.template)
         self.timeout = max(300.0, records * 0.5)
 
     def run(self) -> dict[str, Any]:
@@ -119,71 +214,46 @@ class Isolation:
     def _stream(self, bus: BusCapture, *, poisoned: bool, records: int | None = None) -> Phase:
         count = records or self.records
         phase = Phase("stream, one poison" if poisoned else "stream, baseline", count)
-        run = uuid.uuid4().hex[:8]
-        items, valid_ids, poison_key = [], set(), None
-        for index in range(count):
-            event = CloudEvent.new(
-                source=PROBE_SOURCE,
-                type=PROBE_TYPE,
-                subject=f"iso-{run}-{index}",
-                sequence=1,
-                data={"index": index},
-                correlation_id=f"iso-{run}",
-            )
-            item = outbox_item(
-                event,
-                keys.order_partition(event.subject),
-                ttl_days=7,
-                time_shards=8,
-                max_event_bytes=EVENTBRIDGE_MAX_ENTRY_BYTES,
-            )
-            if poisoned and index == count // 2:
-                item[ENVELOPE] = {"S": "{chaos: not JSON"}
-                poison_key = (item[keys.PK]["S"], item[keys.SK]["S"])
-            else:
-                valid_ids.add(event.id)
-            items.append(item)
-        phase.sent = len(items)
-        relay_dlq = self.stack.queue_url("RelayDeadLetterQueue")
+        batch = probe_items(count, count // 2 if poisoned else None, self.template)
+        valid_ids, poison_key = batch.valid_ids, batch.poison_key
+        phase.sent = len(batch.items)
         sqs = self.stack.clients.sqs()
+        relay_dlq = self.stack.queue_url("RelayDeadLetterQueue")
+        poison_queue = self.stack.queue_url(self.poison_queue)
         dlq_before = queue_depth(sqs, relay_dlq)
+        parked_before = queue_depth(sqs, poison_queue)
         since = time.time()
         began = time.monotonic()
-        self._write(items)
+        write_items(self.stack, "OrdersTable", batch.items)
         phase.seconds = _wait(lambda: valid_ids <= bus.seen(), self.timeout, f"{phase.name}: published")
         phase.processed = len(valid_ids & bus.seen())
         if poison_key is not None:
-            _wait(lambda: queue_depth(sqs, relay_dlq) > dlq_before, self.timeout, "poison in the relay DLQ")
+            _wait(lambda: queue_depth(sqs, poison_queue) > parked_before, self.timeout, "poison parked")
             phase.dead_lettered_after = time.monotonic() - began
-            bodies = read_dlq(self.stack, "RelayDeadLetterQueue")
-            batch = FailedStreamBatch.from_message(json.loads(bodies[-1]))
-            covered = stream_range_keys(self.stack.clients.streams(), batch)
-            phase.dlq_exact = covered == [poison_key]
+            parked = parked_messages(self.stack, self.poison_queue, poison_key)
+            phase.relay_dlq_messages = queue_depth(sqs, relay_dlq) - dlq_before
+            phase.dlq_exact = (
+                len(parked) == 1
+                and parked[0].get("eventId") == batch.poison_event_id
+                and parked_whole(self.stack, parked[0], poison_key)
+                and queue_depth(sqs, poison_queue) - parked_before == 1
+                and phase.relay_dlq_messages == 0
+            )
+            sequence = str(parked[0].get("sequenceNumber")) if parked else ""
             held = [
                 invocation
                 for invocation in self._invocations("OutboxRelayFunction", since)
-                if any(
-                    r["dynamodb"]["SequenceNumber"] == batch.start_sequence_number for r in invocation.records
-                )
+                if any(r["dynamodb"]["SequenceNumber"] == sequence for r in invocation.records)
             ]
             phase.poison_invocations = len(held)
-            phase.poison_held_seconds = _span(held)
-        phase.invocations = len(self._invocations("OutboxRelayFunction", since))
+            phase.poison_held_seconds = _retried_for(held)
+        invocations = self._invocations("OutboxRelayFunction", since)
+        phase.invocations = len(invocations)
+        phase.batch_item_failures = sum(len(i.failed_ids) for i in invocations)
         return phase
 
     def _invocations(self, function: str, since: float) -> list[Invocation]:
         return [i for i in self.stack.activity.invocations(function) if i.at >= since]
-
-    def _write(self, items: list[dict[str, Any]]) -> None:
-        dynamodb = self.stack.clients.dynamodb()
-        table = self.template.physical_name("OrdersTable")
-        for start in range(0, len(items), _BATCH_WRITE):
-            requests: list[Any] = [{"PutRequest": {"Item": i}} for i in items[start : start + _BATCH_WRITE]]
-            for _ in range(10):
-                left = dynamodb.batch_write_item(RequestItems={table: requests}).get("UnprocessedItems", {})
-                requests = list(left.get(table, []))
-                if not requests:
-                    break
 
     # --- the queue ------------------------------------------------------------------------------
     def _queue(
@@ -246,17 +316,16 @@ class Isolation:
         consumer = next(q for q in self.stack.sources.queues if q.function == "NotificationFunction")
         receives = int(self.template.parameter_values["ConsumerMaxReceiveCount"])
         visibility = self.template.properties(consumer.queue)["VisibilityTimeout"]
-        # The batch, its bisection down to the poison, then 1 + MaximumRetryAttempts invocations of it alone.
-        bisections = max(1, (relay.batch_size - 1).bit_length())
-        stream_budget = 1 + bisections + 1 + relay.maximum_retry_attempts
         base_stream, poisoned_stream = stream
         base_queue, poisoned_queue = queue
         checks = {
             "stream: every valid record published": poisoned_stream.processed == self.records - 1,
-            "stream: the relay DLQ range is exactly the poison": poisoned_stream.dlq_exact is True,
-            "stream: invocations on the poison within the retry budget": 0
-            < poisoned_stream.poison_invocations
-            <= stream_budget,
+            "stream: the poison parked once, whole; the relay DLQ empty": poisoned_stream.dlq_exact is True,
+            "stream: the poison delivered once, no batchItemFailures (the shard not held)": (
+                poisoned_stream.poison_invocations == 1
+                and poisoned_stream.batch_item_failures == 0
+                and poisoned_stream.poison_held_seconds == 0
+            ),
             "queue: every valid message processed": poisoned_queue.processed == self.records - 1,
             "queue: the poison is in the DLQ": poisoned_queue.dlq_exact is True,
             "queue: the poison was received maxReceiveCount times": poisoned_queue.poison_invocations
@@ -271,7 +340,7 @@ class Isolation:
                 "baseline": base_stream.to_dict(),
                 "with_poison": poisoned_stream.to_dict(),
                 "extra_seconds_for_the_poison": round(poisoned_stream.seconds - base_stream.seconds, 2),
-                "retry_budget_invocations": stream_budget,
+                "shard_held_seconds": poisoned_stream.poison_held_seconds,
                 "relay_settings": {
                     "batch_size": relay.batch_size,
                     "maximum_retry_attempts": relay.maximum_retry_attempts,
@@ -293,16 +362,21 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"poison-pill isolation: {report['records']} records / messages per phase", ""]
     for part in ("stream", "queue"):
         data = report[part]
+        where = "parked in the poison queue" if part == "stream" else "in the DLQ"
         for phase in ("baseline", "with_poison"):
             p = data[phase]
-            dlq = (
-                f", poison in the DLQ after {p['dead_lettered_after']} s" if p["dead_lettered_after"] else ""
-            )
+            dlq = f", poison {where} after {p['dead_lettered_after']} s" if p["dead_lettered_after"] else ""
             lines.append(
                 f"  {p['name']:<22} {p['processed']}/{p['sent']} processed in {p['seconds']} s"
                 f"{dlq}, invocations on the poison {p['poison_invocations']}"
             )
         lines.append(f"  {part}: extra time for the poison {data['extra_seconds_for_the_poison']} s")
+        if part == "stream":
+            poisoned = data["with_poison"]
+            lines.append(
+                f"  stream: shard held by the poison {data['shard_held_seconds']} s; batchItemFailures "
+                f"{poisoned['batch_item_failures']}; new relay DLQ messages {poisoned['relay_dlq_messages']}"
+            )
     lines.append("")
     for name, ok in report["checks"].items():
         lines.append(f"  [{'ok  ' if ok else 'FAIL'}] {name}")

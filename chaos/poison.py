@@ -1,10 +1,10 @@
 """Poison pills on purpose: undecodable outbox items in the tables, malformed messages on consumer queues.
 
 An outbox item is written straight into a table (keys from shop.keys, like any outbox item), so its
-stream record reaches the relay, which cannot decode it: bisection isolates it, retries run out and its
-batch's metadata lands in the relay dead-letter queue. A malformed message is sent straight to a
+stream record reaches the relay, which cannot decode it: the relay parks it whole in its poison queue
+and moves on (the relay dead-letter queue stays empty). A malformed message is sent straight to a
 consumer's queue: it fails on every receive and SQS moves it to the consumer's dead-letter queue.
-Each is written to the ledger, and the checks expect exactly these in the dead-letter queues.
+Each is written to the ledger, and the checks expect exactly these in the poison and dead-letter queues.
 """
 
 from __future__ import annotations

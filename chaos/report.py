@@ -9,6 +9,18 @@ def _row(label: str, value: Any) -> str:
     return f"  {label:<44} {value}"
 
 
+def _epilogue(epilogue: dict[str, Any] | None) -> list[str]:
+    """What ran after the checks (e.g. the replay scenario): its figures and checks."""
+    if not epilogue:
+        return []
+    lines = [f"after the run: {epilogue.get('name', 'epilogue')}"]
+    lines += [_row(name, value) for name, value in epilogue.get("figures", {}).items()]
+    for name, ok in epilogue.get("checks", {}).items():
+        lines.append(f"  [{'ok  ' if ok else 'FAIL'}] {name}")
+    lines += [f"           {problem}" for problem in epilogue.get("problems", [])[:10]]
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     summary = report["summary"]
     timings = report["timings"]
@@ -54,7 +66,12 @@ def render(report: dict[str, Any]) -> str:
             f"(uninjected deaths: {report['uninjected_deaths'] or 'none'}; "
             f"lost Publish answers: {summary.get('lost_publish_responses_observed', 0)})",
         ),
-        _row("relay DLQ: poison records", summary["relay_dlq"]),
+        _row(
+            "relay poison queue: parked whole (injected)",
+            f"{summary['relay_poison_queue']} ({summary['poison_injected']}); "
+            f"messages {summary['relay_poison_queue_messages']}",
+        ),
+        _row("relay DLQ (must stay empty)", summary["relay_dlq"]),
         _row("consumer DLQs", summary["consumer_dlqs"]),
     ]
     for name, check in report["invariants"].items():
@@ -71,7 +88,9 @@ def render(report: dict[str, Any]) -> str:
             f"{timings.get('startup_seconds')} / {timings.get('drive_seconds')} / "
             f"{timings.get('drain_seconds')} / {timings.get('total_seconds')}",
         ),
+        *([_row("after the run (s)", timings["epilogue_seconds"])] if "epilogue_seconds" in timings else []),
         _row("drained within the bound", report["drained"]),
+        *_epilogue(report.get("epilogue")),
         "",
         f"result: {'PASS' if report['passed'] else 'FAIL'}   (run directory {report['run_dir']})",
     ]
