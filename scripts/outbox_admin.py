@@ -24,6 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "layers" / "shared"))
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from shop import aws
 from shop.config import Settings
@@ -87,6 +88,10 @@ def _drain_queue(
             except (InvalidEnvelope, ValueError, KeyError, TypeError) as exc:
                 report = None
                 print(json.dumps({"messageId": message["MessageId"], "error": f"unreadable message: {exc}"}))
+            except (ClientError, BotoCoreError) as exc:
+                # One message's AWS failure never stops the others; this one stays for a later run.
+                report = None
+                print(json.dumps({"messageId": message["MessageId"], "error": f"AWS call failed: {exc}"}))
             if report is not None:
                 _print(report, messageId=message["MessageId"])
             if report is not None and report.complete:

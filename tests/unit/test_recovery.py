@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 import shop.aws
 import shop.recovery
@@ -415,3 +416,59 @@ def outbox_image_of_new_order() -> dict[str, Any]:
     return outbox_item(
         event, keys.order_partition("o-1"), ttl_days=16, time_shards=8, max_event_bytes=262_144
     )
+
+
+def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
+    place_orders, settings, recovery, poison_queue, bus, template
+):
+    placed = place_orders(2)
+    table = template.physical_name("OrdersTable")
+    client = boto3.client("dynamodb")
+    [poisoned] = [
+        i
+        for i in client.scan(TableName=table)["Items"]
+        if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX) and i["aggregateId"]["S"] == placed[0]["orderId"]
+    ]
+    client.update_item(
+        TableName=table,
+        Key={keys.PK: poisoned[keys.PK], keys.SK: poisoned[keys.SK]},
+        UpdateExpression="SET envelope = :bad",
+        ExpressionAttributeValues={":bad": {"S": "not json"}},
+    )
+
+    report = recovery.replay_window(table, T0, T0 + timedelta(minutes=5))
+
+    assert not report.complete
+    assert report.unpublished == [poisoned["eventId"]["S"]]
+    assert any("redrive-poison" in line for line in report.missing)
+    assert [e["detail"]["subject"] for e in bus()] == [placed[1]["orderId"]]
+    assert poison_queue() == []  # the relay parked it when it first met it: not a second copy
+
+
+def test_an_aws_failure_on_one_message_keeps_it_and_the_command_goes_on(
+    place_orders, bus, poison_queue, template, monkeypatch, capsys
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayDeadLetterQueue"))["QueueUrl"]
+    good = failure_message(arn, shard, records[0], records[-1], 2)
+    broken = failure_message(arn + "-gone", shard, records[0], records[-1], 2)
+    for body in (broken, good):
+        sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(body))
+    real = OutboxRecovery.read_stream_range
+
+    def read(self: OutboxRecovery, batch: FailedStreamBatch) -> Any:
+        if batch.stream_arn.endswith("-gone"):
+            raise ClientError({"Error": {"Code": "InternalFailure", "Message": "boom"}}, "GetRecords")
+        return real(self, batch)
+
+    monkeypatch.setattr(OutboxRecovery, "read_stream_range", read)
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    assert code == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any('"error": "AWS call failed' in line for line in lines)
+    assert json.loads(lines[-1]) == {"redriven": 1, "kept": 1}
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))

@@ -58,6 +58,14 @@ def outbox_item(
     return item
 
 
+def event_id_of_image(image: dict[str, Any]) -> str:
+    """An outbox item image's event id, or its key when the id itself is missing (poison)."""
+    event_id = image.get("eventId", {}).get("S")
+    if isinstance(event_id, str) and event_id:
+        return event_id
+    return f"{image.get(keys.PK, {}).get('S')}|{image.get(keys.SK, {}).get('S')}"
+
+
 def is_outbox_image(image: dict[str, Any] | None) -> bool:
     """Whether a stream image (attribute-value form) is an outbox item."""
     if not image:

@@ -34,7 +34,7 @@ from shop.envelope import now as utc_now
 from shop.envelope import parse_time
 from shop.errors import InvalidEnvelope
 from shop.observability import logger
-from shop.outbox import OutboxEntry, decode_outbox_image, is_outbox_image
+from shop.outbox import OutboxEntry, decode_outbox_image, event_id_of_image, is_outbox_image
 from shop.poison import PoisonRecord, PoisonSink
 from shop.publisher import EventPublisher
 from shop.relay import StreamChange
@@ -173,7 +173,8 @@ class OutboxRecovery:
             for c in read.changes
             if c.event_name == "INSERT" and c.new_image is not None and is_outbox_image(c.new_image)
         ]
-        return self._publish_images(inserts, report, stream_arn=batch.stream_arn)
+        # The relay never saw these records past its checkpoint: poison among them is parked now.
+        return self._publish_images(inserts, report, park_poison=True, stream_arn=batch.stream_arn)
 
     def _redrive_from_table(self, batch: FailedStreamBatch) -> RecoveryReport:
         start = batch.first_arrival - _FALLBACK_MARGIN
@@ -287,7 +288,7 @@ class OutboxRecovery:
                 ExpressionAttributeValues={":b": {"S": bucket}, ":low": {"S": low}, ":high": {"S": high}},
             ):
                 item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in page.get("Items", []))
-        return self._publish_images(self._get_items(table, item_keys, report), report)
+        return self._publish_images(self._get_items(table, item_keys, report), report, park_poison=False)
 
     def replay_events(self, table: str, event_ids: list[str]) -> RecoveryReport:
         item_keys: list[dict[str, Any]] = []
@@ -302,7 +303,7 @@ class OutboxRecovery:
             if not items:
                 report.missing.append(f"event {event_id} is not in {table} (unknown, or deleted by TTL)")
             item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in items)
-        return self._publish_images(self._get_items(table, item_keys, report), report)
+        return self._publish_images(self._get_items(table, item_keys, report), report, park_poison=False)
 
     def _get_items(
         self, table: str, item_keys: list[dict[str, Any]], report: RecoveryReport
@@ -328,14 +329,29 @@ class OutboxRecovery:
         return items
 
     def _publish_images(
-        self, images: list[dict[str, Any]], report: RecoveryReport, stream_arn: str | None = None
+        self,
+        images: list[dict[str, Any]],
+        report: RecoveryReport,
+        *,
+        park_poison: bool,
+        stream_arn: str | None = None,
     ) -> RecoveryReport:
+        """Publish what decodes. Poison is parked when the relay cannot have parked it already (a
+        dead-lettered batch); a replay of the table only names it, so replays never park it twice."""
         entries: list[OutboxEntry] = []
         for image in images:
             try:
                 entries.append(decode_outbox_image(image, self._max_event_bytes))
             except InvalidEnvelope as exc:
-                self._park(image, exc, report, stream_arn)
+                if park_poison:
+                    self._park(image, exc, report, stream_arn)
+                else:
+                    event_id = event_id_of_image(image)
+                    report.unpublished.append(event_id)
+                    report.missing.append(
+                        f"event {event_id} cannot be published ({exc.message}): the relay parked it when it "
+                        "first met it; fix it and use redrive-poison"
+                    )
         report.found = len(images)
         ordered = in_publish_order(entries)
         result = self._publisher.publish_in_order(ordered)
@@ -356,7 +372,7 @@ class OutboxRecovery:
     def _park(
         self, image: dict[str, Any], exc: InvalidEnvelope, report: RecoveryReport, stream_arn: str | None
     ) -> None:
-        event_id = image.get("eventId", {}).get("S") or f"{image[keys.PK]['S']}|{image[keys.SK]['S']}"
+        event_id = event_id_of_image(image)
         record = PoisonRecord(
             sequence_number="",
             event_id=event_id,

@@ -23,7 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from shop.envelope import parse_time
 from shop.errors import InvalidEnvelope
 from shop.observability import logger, metrics
-from shop.outbox import OutboxEntry, decode_outbox_image, is_outbox_image
+from shop.outbox import OutboxEntry, decode_outbox_image, event_id_of_image, is_outbox_image
 from shop.poison import PoisonRecord, PoisonSink
 from shop.publisher import EventPublisher, PublishResult
 
@@ -45,11 +45,6 @@ class RelayOutcome:
     skipped: int = 0
     checkpoint: str | None = None  # sequence number to retry from; None = whole batch done
     publish: PublishResult | None = None
-
-
-def _event_id_of(image: dict[str, Any]) -> str:
-    value = image.get("eventId", {}).get("S")
-    return value if isinstance(value, str) else "unknown"
 
 
 def relay_outbox_changes(
@@ -107,7 +102,7 @@ def _poison_record(change: StreamChange, exc: InvalidEnvelope) -> PoisonRecord:
     assert change.new_image is not None
     return PoisonRecord(
         sequence_number=change.sequence_number,
-        event_id=_event_id_of(change.new_image),
+        event_id=event_id_of_image(change.new_image),
         reason=exc.message,
         details=exc.details,
         image=change.new_image,
