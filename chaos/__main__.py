@@ -16,6 +16,7 @@ Settings from the environment, as the Makefile passes them:
     RATE=4            orders created per second at most (0: as fast as the clients go)
     DRAIN_TIMEOUT=    seconds to wait for the pipeline to drain (default: max(240, 0.6 x ORDERS))
     MAX_RECEIVES=     the consumer queues' maxReceiveCount (default: the template's)
+    PARALLELIZATION=  the relay mappings' ParallelizationFactor (default: the template's, 1)
 Exit status: 0 when every invariant holds, 1 when one fails, 2 when the run could not be made.
 """
 
@@ -53,6 +54,7 @@ def config_from_env(orders: int = 200) -> ChaosConfig:
         rate=float(_env_int("RATE", 4) or 0) or None,
         drain_timeout_seconds=float(drain) if drain else None,
         max_receive_count=_env_int("MAX_RECEIVES", None),
+        parallelization_factor=_env_int("PARALLELIZATION", None),
     )
 
 

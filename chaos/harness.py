@@ -94,6 +94,9 @@ class ChaosConfig:
     # drain no longer waits maxReceiveCount visibility timeouts for the malformed messages' DLQs.
     inject_poison: bool = True
     max_receive_count: int | None = None  # None: the template's ConsumerMaxReceiveCount
+    # The relay's batches per shard at once (None: the template's). Above 1, AWS keeps order per item
+    # only: one order's events may be published out of order, and the invariants must still hold.
+    parallelization_factor: int | None = None
     duplicate_id_prefixes: int = 1  # of 16 hex digits: the share of each consumer's events sent twice
     out_dir: Path = DEFAULT_OUT_DIR
     stack_name: str = "chaos"
@@ -163,6 +166,8 @@ def chaos_template(config: ChaosConfig) -> Template:
     parameters = {}
     if config.max_receive_count is not None:
         parameters["ConsumerMaxReceiveCount"] = str(config.max_receive_count)
+    if config.parallelization_factor is not None:
+        parameters["RelayParallelizationFactor"] = str(config.parallelization_factor)
     template = Template(data, parameters=parameters, stack_name=config.stack_name)
     for source in read_event_sources(template).queues:
         timeout = template.function(source.function).timeout
@@ -537,6 +542,7 @@ class Run:
             "drained": self.drained,
             "seed": self.config.seed,
             "orders_requested": self.config.orders,
+            "relay_parallelization_factor": int(self.template.parameter_values["RelayParallelizationFactor"]),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {
                 "cores": os.cpu_count(),

@@ -26,8 +26,8 @@ def render(report: dict[str, Any]) -> str:
     timings = report["timings"]
     events = report["events"]
     lines = [
-        f"chaos run: seed {report['seed']}, {report['orders_requested']} orders "
-        f"({report['machine']['cores']} cores, load {report['machine']['load_average'][0]:.1f})",
+        f"chaos run: seed {report['seed']}, {report['orders_requested']} orders, relay parallelization "
+        f"{report.get('relay_parallelization_factor', 1)} ({report['machine']['cores']} cores, load {report['machine']['load_average'][0]:.1f})",
         "",
         "orders",
         *(_row(status, count) for status, count in report["orders"].items()),
