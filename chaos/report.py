@@ -27,7 +27,8 @@ def render(report: dict[str, Any]) -> str:
     events = report["events"]
     lines = [
         f"chaos run: seed {report['seed']}, {report['orders_requested']} orders, relay parallelization "
-        f"{report.get('relay_parallelization_factor', 1)} ({report['machine']['cores']} cores, load {report['machine']['load_average'][0]:.1f})",
+        f"{report.get('relay_parallelization_factor', 1)} ({report['machine']['cores']} cores, "
+        f"load {report['machine']['load_average'][0]:.1f})",
         "",
         "orders",
         *(_row(status, count) for status, count in report["orders"].items()),
