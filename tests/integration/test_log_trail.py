@@ -1,6 +1,6 @@
 """One request's correlation id in the log lines of every hop of the saga, in the local stack.
 
-What an operator's Logs Insights query (README "Operations") relies on: the id a client sent as
+What an operator's Logs Insights query (docs/operations.md) relies on: the id a client sent as
 X-Correlation-Id is on the log lines of the order API, of the relay for each event of the saga (both
 table streams), and of each consumer; and no function logs the customer's data on the way.
 """

@@ -1,4 +1,4 @@
-"""template.yaml: the promises the README makes about resources, outputs, permissions and settings."""
+"""template.yaml: the promises docs/ makes about resources, outputs, permissions, alarms and settings."""
 
 from __future__ import annotations
 
@@ -21,13 +21,18 @@ from shop.order_repository import DynamoOrderRepository
 from shop.orders import OrderLine, OrderService, PlaceOrder
 from tests.support import json_body, load_event
 
-README = (ROOT / "README.md").read_text()
+# The README links to docs/; the promises about the template live in these pages.
+DOCS = {
+    page: (ROOT / "docs" / f"{page}.md").read_text() for page in ("reference", "operations", "configuration")
+}
 TEMPLATE_TEXT = (ROOT / "template.yaml").read_text()
 Grant = tuple[str, str]  # (IAM action, resource: logical id, "<logical id>.StreamArn" or "*")
 
 
 def readme_table(section: str) -> list[list[str]]:
-    block = README.split(f"<!-- {section}:start -->")[1].split(f"<!-- {section}:end -->")[0]
+    """The rows of a marked table (<!-- section:start/end -->) in docs/reference.md or docs/operations.md."""
+    text = DOCS["operations"] if section == "alarms" else DOCS["reference"]
+    block = text.split(f"<!-- {section}:start -->")[1].split(f"<!-- {section}:end -->")[0]
     rows = [line for line in block.strip().splitlines() if line.startswith("|")][2:]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
 
@@ -52,7 +57,7 @@ def statements(template: Template, function: str) -> list[dict[str, Any]]:
 
 
 def resource_name(value: Any) -> str:
-    """A statement's resource in the README's notation: `Table`, `Table.StreamArn`, `*`."""
+    """A statement's resource in docs/reference.md's notation: `Table`, `Table.StreamArn`, `*`."""
     if value == "*":
         return "*"
     if isinstance(value, dict) and set(value) == {"Ref"}:
@@ -89,7 +94,7 @@ def readme_grants(cell: str) -> set[Grant]:
 
 
 def documented_permissions() -> dict[str, tuple[set[Grant], set[Grant]]]:
-    """Per function: (what its code calls, what Lambda uses to run it), from the README table."""
+    """Per function: (what its code calls, what Lambda uses to run it), from docs/reference.md."""
     return {
         ticked(name)[0]: (readme_grants(code), readme_grants(runtime))
         for name, code, runtime in readme_table("permissions")
@@ -107,7 +112,7 @@ def test_outputs_are_the_ones_the_readme_lists(template: Template):
 
 
 def test_parameters_are_the_ones_the_readme_lists(template: Template):
-    block = README.split("Template parameters:")[1].split("\n\n")[1]
+    block = DOCS["configuration"].split("Template parameters:")[1].split("\n\n")[1]
     rows = [line for line in block.splitlines() if line.startswith("|")][2:]
     documented = {name for row in rows for name in ticked(row.split("|")[1])}
     assert documented == set(template.data["Parameters"])
@@ -329,7 +334,7 @@ def test_code_column_is_exactly_what_the_code_calls(
     with recorder.recording_calls():
         SCENARIOS[function](invoke, template, monkeypatch)
 
-    # Then its code called exactly what the README's table says, on those resources
+    # Then its code called exactly what docs/reference.md says, on those resources
     calls = set(recorder.calls)
     if "IDEMPOTENCY_TABLE_NAME" in template.function(function).environment:
         calls |= {(action, "IdempotencyTable") for action in idempotency_store_calls()}
@@ -419,7 +424,7 @@ def test_transient_relay_failures_wait_in_order_until_the_record_age_limit(templ
     assert int(template.parameter_values["RelayMaximumRetryAttempts"]) == -1
     age = int(template.parameter_values["RelayMaximumRecordAgeSeconds"])
     assert 20 * 3600 <= age < 24 * 3600  # the last resort fires before the stream trims the record
-    assert int(template.parameter_values["RelayParallelizationFactor"]) == 1  # README "Ordering"
+    assert int(template.parameter_values["RelayParallelizationFactor"]) == 1  # docs/guarantees.md "Ordering"
 
 
 @pytest.mark.parametrize("event", ["OrdersOutbox", "InventoryOutbox"])
@@ -480,7 +485,7 @@ def test_every_alarm_notifies_the_alarm_topic_and_carries_the_stack_name(templat
         assert props["TreatMissingData"] == "notBreaching", name
         # the topic policy admits alarms named <stack>-*, and the runbook is named in the description
         assert props["AlarmName"]["Fn::Sub"].startswith("${AWS::StackName}-"), name
-        assert "README Operations" in props["AlarmDescription"], name
+        assert "Runbook: docs/operations.md" in props["AlarmDescription"], name
 
 
 def test_any_message_in_a_dead_letter_queue_alarms(template: Template):
@@ -627,8 +632,8 @@ def test_every_alarm_has_a_runbook_entry_in_the_readme(template: Template):
     assert {alarm: name for alarm, (name, _) in documented.items()} == names
     headings = {
         re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
-        for h in re.findall(r"^#{2,4} (.+)$", README, re.M)
+        for h in re.findall(r"^#{2,4} (.+)$", DOCS["operations"], re.M)
     }
     for alarm, (_, link) in documented.items():
         [anchor] = re.findall(r"\]\(#([a-z0-9-]+)\)", link)
-        assert anchor in headings, f"{alarm}: no README section #{anchor}"
+        assert anchor in headings, f"{alarm}: no section #{anchor} in docs/operations.md"

@@ -2,7 +2,7 @@
 
 SDK-call tracing is opt-in (TRACE_SDK_CALLS=true): the X-Ray SDK behind Powertools' Tracer builds a
 botocore session and loads the endpoint models when it is imported, which measured at about as much
-as `import boto3` itself on every cold start (see README "Performance"). Without it, Lambda's Active
+as `import boto3` itself on every cold start (see docs/performance.md). Without it, Lambda's Active
 tracing still records every invocation and the trace header still travels with each event.
 """
 
