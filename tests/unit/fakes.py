@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from botocore.exceptions import ClientError
+
+from shop import keys
 
 
 class FaultyEventBridge:
@@ -57,3 +59,64 @@ class FaultyEventBridge:
 
     def sent_ids(self) -> list[str]:
         return [event_id for call in self.calls for event_id in call]
+
+
+def _touches(request: Any, refuse: Callable[[str], bool]) -> bool:
+    """Whether a DynamoDB request (its arguments, at any depth) names an item `refuse` picks by sort key."""
+    if isinstance(request, dict):
+        sort_key = request.get(keys.SK)
+        if isinstance(sort_key, dict) and refuse(str(sort_key.get("S", ""))):
+            return True
+        return any(_touches(value, refuse) for value in request.values())
+    if isinstance(request, list):
+        return any(_touches(value, refuse) for value in request)
+    return False
+
+
+class WritesRefused:
+    """Forwards to moto, refusing every write of an item whose sort key `refuse` picks, as DynamoDB
+    refuses an action it cannot apply (e.g. an item over 400 KB): a transaction is cancelled whole,
+    nothing of it written; a single write fails alone. Reads and other writes pass through.
+    """
+
+    def __init__(self, real: Any, refuse: Callable[[str], bool]) -> None:
+        self._real = real
+        self._refuse = refuse
+        self.refused: list[str] = []  # the operations refused, in order
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        actions: list[dict[str, Any]] = kwargs["TransactItems"]
+        if not _touches(actions, self._refuse):
+            return self._real.transact_write_items(**kwargs)
+        self.refused.append("TransactWriteItems")
+        reasons: list[Any] = [
+            {"Code": "ValidationError", "Message": "injected"}
+            if _touches(action, self._refuse)
+            else {"Code": "None"}
+            for action in actions
+        ]
+        raise ClientError(
+            {
+                "Error": {"Code": "TransactionCanceledException", "Message": "injected"},
+                "CancellationReasons": reasons,
+            },
+            "TransactWriteItems",
+        )
+
+    def _single(self, operation: str, kwargs: dict[str, Any]) -> Any:
+        if not _touches(kwargs, self._refuse):
+            return getattr(self._real, operation)(**kwargs)
+        self.refused.append(operation)
+        raise ClientError({"Error": {"Code": "ValidationException", "Message": "injected"}}, operation)
+
+    def put_item(self, **kwargs: Any) -> Any:
+        return self._single("put_item", kwargs)
+
+    def update_item(self, **kwargs: Any) -> Any:
+        return self._single("update_item", kwargs)
+
+    def batch_write_item(self, **kwargs: Any) -> Any:
+        return self._single("batch_write_item", kwargs)

@@ -14,9 +14,12 @@ import shop.inventory_repository
 import shop.order_repository
 from local.template import Template
 from shop.config import Settings
+from shop.envelope import CloudEvent
+from shop.inventory import InventoryService
 from shop.inventory_repository import DynamoInventoryRepository
 from shop.order_repository import DynamoOrderRepository
 from shop.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
+from shop.saga import OrderStatusPolicy
 from tests.support import load_event
 
 INVENTORY = "InventoryFunction"
@@ -74,6 +77,30 @@ def notifications(aws: None, template: Template) -> Callable[[], list[dict[str, 
     return received
 
 
+@pytest.fixture
+def effect_calls(monkeypatch: pytest.MonkeyPatch) -> Callable[[type, str], list[str]]:
+    """effect_calls(cls, method): the ids of the CloudEvents that effect is called with from now on.
+
+    Idempotency is what keeps a redelivered event from reaching the effect at all; the effects' own
+    domain guards only make a repeat harmless. Call before the function's first invocation in the
+    test: a consumer binds its effect when it is built.
+    """
+
+    def spy(owner: type, name: str) -> list[str]:
+        calls: list[str] = []
+        real = getattr(owner, name)
+
+        def recording(self: Any, event: CloudEvent) -> str:
+            calls.append(event.id)
+            outcome: str = real(self, event)
+            return outcome
+
+        monkeypatch.setattr(owner, name, recording)
+        return calls
+
+    return spy
+
+
 def outbox(template: Template, table: str) -> list[dict[str, Any]]:
     items = boto3.client("dynamodb").scan(TableName=template.physical_name(table))["Items"]
     return [json.loads(i["envelope"]["S"]) for i in items if i["SK"]["S"].startswith("OUTBOX#")]
@@ -120,10 +147,20 @@ def test_order_created_reserves_every_line_and_emits_inventory_reserved(invoke, 
     assert reserved["correlationid"] == created["correlationid"]
 
 
-def test_the_same_message_delivered_twice_reserves_once(invoke, inventory, template):
-    assert failures(invoke(INVENTORY, load_event("sqs_inventory_duplicate.json"))) == []
+def test_one_event_delivered_in_three_messages_reaches_the_inventory_effect_once(
+    invoke, inventory, template, effect_calls
+):
+    # Given the inventory effect is watched (it has its own guard: a second reserve would be a no-op)
+    applied = effect_calls(InventoryService, "apply")
+    duplicate = load_event("sqs_inventory_duplicate.json")
+    [event_id] = {json.loads(r["body"])["detail"]["id"] for r in duplicate["Records"]}
+
+    # When one OrderCreated arrives in two messages of one batch (distinct message ids), then a third
+    assert failures(invoke(INVENTORY, duplicate)) == []
     assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
 
+    # Then idempotency let it through to the effect once: the repeats never reached the guard
+    assert applied == [event_id]
     assert inventory.available("SKU-RED-MUG") == 8
     assert len(outbox(template, "InventoryTable")) == 1
 
@@ -210,13 +247,21 @@ def test_a_consumer_killed_mid_event_applies_it_exactly_once_after_in_progress_e
 
 
 # --- order status ------------------------------------------------------------------------------------
-def test_inventory_reserved_confirms_the_pending_order_once(invoke, orders, pending_order, template):
+def test_inventory_reserved_confirms_the_pending_order_and_a_redelivery_never_reaches_the_effect(
+    invoke, orders, pending_order, template, effect_calls
+):
+    # Given the order-status effect is watched (it has its own guard: only a PENDING order moves)
+    applied = effect_calls(OrderStatusPolicy, "apply")
     event = load_event("sqs_order_status_inventory_reserved.json")
     reserved = json.loads(event["Records"][0]["body"])["detail"]
 
+    # When the InventoryReserved message is delivered twice
     assert failures(invoke(ORDER_STATUS, event)) == []
     assert failures(invoke(ORDER_STATUS, event)) == []
 
+    # Then the effect ran once (the redelivery was answered from the idempotency record)...
+    assert applied == [reserved["id"]]
+    # ... and the order was confirmed once, with one OrderConfirmed event caused by that message
     order = orders.get_order(ORDER_ID)
     assert (order.status, order.version) == (OrderStatus.CONFIRMED, 2)
     confirmed = [e for e in outbox(template, "OrdersTable") if e["type"] == "OrderConfirmed"]
@@ -293,6 +338,26 @@ def test_each_outcome_notifies_the_customer_exactly_once(invoke, notifications, 
     assert message["orderId"] == ORDER_ID
     assert message["eventId"] == json.loads(event["Records"][0]["body"])["detail"]["id"]
     assert set(message) == {"eventId", "type", "orderId", "customerId", "status", "sequence"}
+
+
+def delivered_as(record: dict[str, Any], message_id: str) -> dict[str, Any]:
+    """The same body in another SQS message: SQS delivers at least once, and a republish is new."""
+    return {**record, "messageId": message_id, "receiptHandle": f"handle-{message_id}"}
+
+
+@pytest.mark.parametrize("batches", [1, 2], ids=["in-one-batch", "in-two-batches"])
+def test_one_event_in_two_sqs_messages_notifies_the_customer_once(invoke, notifications, batches):
+    # Given one OrderConfirmed carried by two SQS messages with different message ids
+    record = load_event("sqs_notification_order_confirmed.json")["Records"][0]
+    messages = [delivered_as(record, "m-first"), delivered_as(record, "m-second")]
+
+    # When they are consumed, together or one after the other
+    for batch in [messages] if batches == 1 else [[m] for m in messages]:
+        assert failures(invoke(NOTIFICATION, {"Records": batch})) == []
+
+    # Then the customer got one notification: the effect is keyed on the CloudEvent id, not the message
+    [message] = notifications()
+    assert message["eventId"] == json.loads(record["body"])["detail"]["id"]
 
 
 def test_a_malformed_notification_message_fails_alone(invoke, notifications):

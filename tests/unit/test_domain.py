@@ -86,10 +86,22 @@ def test_totals_are_integer_minor_units():
     assert order().to_dict()["items"][0]["lineTotal"] == 597
 
 
-def test_request_fingerprint_tells_bodies_apart():
+@pytest.mark.parametrize(
+    "other",
+    [
+        PlaceOrder("d", "EUR", (OrderLine("A", 1, 100),)),
+        PlaceOrder("c", "USD", (OrderLine("A", 1, 100),)),
+        PlaceOrder("c", "EUR", (OrderLine("B", 1, 100),)),
+        PlaceOrder("c", "EUR", (OrderLine("A", 2, 100),)),
+        PlaceOrder("c", "EUR", (OrderLine("A", 1, 101),)),
+        PlaceOrder("c", "EUR", (OrderLine("A", 1, 100), OrderLine("A", 1, 100))),
+    ],
+    ids=["customerId", "currency", "sku", "quantity", "unitPrice", "another-line"],
+)
+def test_request_fingerprint_tells_bodies_apart(other):
     one = PlaceOrder("c", "EUR", (OrderLine("A", 1, 100),))
     assert one.fingerprint() == PlaceOrder("c", "EUR", (OrderLine("A", 1, 100),)).fingerprint()
-    assert one.fingerprint() != PlaceOrder("c", "EUR", (OrderLine("A", 2, 100),)).fingerprint()
+    assert one.fingerprint() != other.fingerprint()
 
 
 def test_outbox_time_buckets_cover_every_hour_and_shard_of_a_window():
