@@ -4,7 +4,7 @@
     python scripts/outbox_admin.py redrive-poison --stack-name NAME     # records the relay parked
     python scripts/outbox_admin.py replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python scripts/outbox_admin.py replay --stack-name NAME --event-id ID [--event-id ID ...]
-    python scripts/outbox_admin.py seed --stack-name NAME --file local/seed.json
+    python scripts/outbox_admin.py seed --stack-name NAME --file tools/local/seed.json
 
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
 every consumer deduplicates on the CloudEvent id for the whole republish window (OutboxTtlDays).
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     p_replay.set_defaults(run=replay)
     p_seed = commands.add_parser("seed", help="set stock levels from a seed file")
     p_seed.add_argument("--table", help="default: stack output InventoryTableName")
-    p_seed.add_argument("--file", default="local/seed.json", help='{"stock": [{"sku", "available"}]}')
+    p_seed.add_argument("--file", default="tools/local/seed.json", help='{"stock": [{"sku", "available"}]}')
     p_seed.set_defaults(run=seed)
     args = parser.parse_args(argv)
     return int(args.run(args))

@@ -11,8 +11,8 @@ import pytest
 from moto import mock_aws
 from pytest_socket import disable_socket, enable_socket
 
-from local.template import Template
 from tests.conftest import reset_process_state
+from tools.local.template import Template
 
 # The X-Ray SDK opens its (unconnected) UDP emitter socket at import: import it before sockets close.
 import aws_xray_sdk.core  # noqa: F401  isort: skip

@@ -12,12 +12,12 @@ import pytest
 
 import shop.inventory_repository
 import shop.order_repository
-from local.template import Template
 from shop.config import Settings
 from shop.inventory_repository import DynamoInventoryRepository
 from shop.order_repository import DynamoOrderRepository
 from shop.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
 from tests.support import load_event
+from tools.local.template import Template
 
 INVENTORY = "InventoryFunction"
 ORDER_STATUS = "OrderStatusFunction"

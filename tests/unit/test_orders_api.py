@@ -12,8 +12,8 @@ import pytest
 from botocore.stub import Stubber
 
 import shop.aws
-from local.template import Template
 from tests.support import header, json_body, load_event
+from tools.local.template import Template
 
 API = "OrdersApiFunction"
 

@@ -14,7 +14,6 @@ from botocore.exceptions import ClientError
 
 import shop.aws
 import shop.recovery
-from local.template import Template
 from scripts.outbox_admin import main as outbox_admin
 from shop import keys
 from shop.config import Settings
@@ -25,6 +24,7 @@ from shop.outbox import OutboxEntry, outbox_item
 from shop.poison import PoisonQueue, PoisonRecord, checked_poison_message, poison_message_body
 from shop.publisher import EventPublisher
 from shop.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
+from tools.local.template import Template
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
