@@ -53,7 +53,7 @@ install: $(STAMP) $(NODE_STAMP) ## create .venv (python3.13) and install pinned 
 lint: $(STAMP) $(SCAN_STAMP) ## ruff, mypy, cfn-lint, sam validate --lint, checkov
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy layers/shared/shop tools tests scripts
+	$(BIN)/mypy layers/shared/shop operations tools tests
 	@for f in $(FUNCTIONS); do echo "mypy $$f"; MYPYPATH=layers/shared:$$f $(BIN)/mypy $$f/app.py; done
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/sam validate --lint --template template.yaml
@@ -108,7 +108,7 @@ clean: ## remove build output and caches (keeps .venv and .venv-scan)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
 
 # --- operations (see README "Redrive and replay") -----------------------------------------------------
-ADMIN := $(BIN)/python scripts/outbox_admin.py $(if $(STACK),--stack-name $(STACK))
+ADMIN := $(BIN)/python -m operations $(if $(STACK),--stack-name $(STACK))
 
 .PHONY: redrive redrive-poison replay seed
 redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name>)

@@ -12,9 +12,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+import operations.recovery
 import shop.aws
-import shop.recovery
-from scripts.outbox_admin import main as outbox_admin
+from operations.admin import main as outbox_admin
+from operations.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
 from shop import keys
 from shop.config import Settings
 from shop.envelope import CloudEvent
@@ -23,7 +24,6 @@ from shop.orders import OrderLine, OrderService, PlaceOrder
 from shop.outbox import OutboxEntry, outbox_item
 from shop.poison import PoisonQueue, PoisonRecord, checked_poison_message, poison_message_body
 from shop.publisher import EventPublisher
-from shop.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
 from tools.local.template import Template
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
@@ -253,7 +253,7 @@ def test_a_stream_read_that_never_reaches_the_end_sequence_is_incomplete(
 ):
     place_orders(2)
     arn, shard, records = stream_records(template)
-    monkeypatch.setattr(shop.recovery, "_MAX_READS", 3)
+    monkeypatch.setattr(operations.recovery, "_MAX_READS", 3)
     pager = PagingStreams(boto3.client("dynamodbstreams"), empty_pages=1_000)
     monkeypatch.setattr(shop.aws, "dynamodb_streams", lambda: pager)
 
@@ -292,7 +292,7 @@ def test_redrive_of_a_batch_older_than_the_outbox_ttl_is_refused_and_kept(
 
     monkeypatch.setattr(OutboxRecovery, "read_stream_range", trimmed)
     # Seventeen days later: the TTL (16 days) may have deleted the items the message stands for
-    monkeypatch.setattr(shop.recovery, "utc_now", lambda: T0 + timedelta(days=17))
+    monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=17))
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 

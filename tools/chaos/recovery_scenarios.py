@@ -11,13 +11,13 @@
 - stale-redrive (`python -m tools.chaos stale-redrive`): a relay DLQ message in the shape Lambda's OnFailure
   sends, whose batch arrived before the outbox TTL horizon (now - OutboxTtlDays - 1 day), for a shard
   the stream no longer has (trimmed: GetShardIterator answers ResourceNotFoundException). The real
-  operator command (`scripts/outbox_admin.py redrive` with --queue-url/--bus/--poison-queue-url against
+  operator command (`python -m operations redrive` with --queue-url/--bus/--poison-queue-url against
   the local endpoints) must exit 1, name the TTL in its report, and leave the message in the queue;
   nothing is put on the bus. A control message for the same trimmed shard that arrived now is redriven
   from the table and deleted (exit 0): the refusal is the TTL's, not the trimmed shard's.
 - replay (`python -m tools.chaos replay`): a chaos run (faults on, ORDERS orders) drains and passes its
   checks;
-  then `scripts/outbox_admin.py replay --from <now - 2 days> --to <now>` runs for the orders table and
+  then `python -m operations replay --from <now - 2 days> --to <now>` runs for the orders table and
   the inventory table, and the pipeline drains again. Expected: every replayed event on the bus again,
   and nothing repeated: stock, orders, reservations and request keys unchanged item for item, no new
   outbox item, no new notification (SNS publishes counted per eventId from the topic's capture queue,
@@ -51,7 +51,6 @@ from tools.local.services import FAKE_CREDENTIALS, LocalServices
 from tools.local.stack import LocalStack, StackOptions
 from tools.local.template import REGION, ROOT, Template
 
-ADMIN = ROOT / "scripts" / "outbox_admin.py"
 RELAY = "OutboxRelayFunction"
 FULL_BATCH_WINDOW_SECONDS = 5
 _POLL_SECONDS = 0.5
@@ -159,10 +158,11 @@ def admin_environment(stack: LocalStack) -> dict[str, str]:
 
 
 def run_admin(stack: LocalStack, *arguments: str) -> AdminRun:
-    """scripts/outbox_admin.py with the stack's bus and poison queue given explicitly (no --stack-name)."""
+    """`python -m operations` with the stack's bus and poison queue given explicitly (no --stack-name)."""
     argv = [
         sys.executable,
-        str(ADMIN),
+        "-m",
+        "operations",
         "--bus",
         stack.template.physical_name("EventBus"),
         "--poison-queue-url",

@@ -34,7 +34,7 @@ SEED_FILE = Path(__file__).with_name("seed.json")
 # Seed sections in the project's domain format are applied by the project's own seed command, so the
 # key design stays in one place (shop.keys). Placeholders: {file} and any template output name.
 DOMAIN_SEED_COMMANDS = {
-    "stock": ("scripts/outbox_admin.py", "seed", "--table", "{InventoryTableName}", "--file", "{file}"),
+    "stock": ("-m", "operations", "seed", "--table", "{InventoryTableName}", "--file", "{file}"),
 }
 _SEED_COMMAND_TIMEOUT_SECONDS = 60
 _TABLE_ACTIVE_TIMEOUT_SECONDS = 10.0

@@ -1,10 +1,10 @@
 """Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the table.
 
-    python scripts/outbox_admin.py redrive --stack-name NAME            # or --queue-url/--bus
-    python scripts/outbox_admin.py redrive-poison --stack-name NAME     # records the relay parked
-    python scripts/outbox_admin.py replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
-    python scripts/outbox_admin.py replay --stack-name NAME --event-id ID [--event-id ID ...]
-    python scripts/outbox_admin.py seed --stack-name NAME --file tools/local/seed.json
+    python -m operations redrive --stack-name NAME            # or --queue-url/--bus
+    python -m operations redrive-poison --stack-name NAME     # records the relay parked
+    python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
+    python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...]
+    python -m operations seed --stack-name NAME --file tools/local/seed.json
 
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
 every consumer deduplicates on the CloudEvent id for the whole republish window (OutboxTtlDays).
@@ -21,11 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "layers" / "shared"))
-
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from operations.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
 from shop import aws
 from shop.config import Settings
 from shop.envelope import parse_time
@@ -33,7 +32,6 @@ from shop.errors import InvalidEnvelope
 from shop.inventory_repository import DynamoInventoryRepository
 from shop.poison import PoisonQueue, checked_poison_message
 from shop.publisher import EventPublisher
-from shop.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
 
 
 def stack_outputs(stack_name: str) -> dict[str, str]:
@@ -178,7 +176,3 @@ def main(argv: list[str] | None = None) -> int:
     p_seed.set_defaults(run=seed)
     args = parser.parse_args(argv)
     return int(args.run(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
