@@ -74,3 +74,15 @@ def poison_queue(aws: None, template: Template) -> Callable[[], list[dict[str, A
     queue_url = sqs.create_queue(QueueName=template.physical_name("RelayPoisonQueue"))["QueueUrl"]
 
     return lambda: drain_queue(sqs, queue_url)
+
+
+@pytest.fixture
+def api(aws: None, invoke: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
+    """api(event, env=None): the order API's handler with the template's environment; its response."""
+
+    def call(event: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+        response = invoke("OrdersApiFunction", event, env)
+        assert isinstance(response, dict)
+        return response
+
+    return call

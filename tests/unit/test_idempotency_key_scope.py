@@ -22,16 +22,6 @@ BOB = "arn:aws:iam::210987654321:assumed-role/Buyer/bob"
 
 
 @pytest.fixture
-def api(aws: None, invoke: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def call(event: dict[str, Any]) -> dict[str, Any]:
-        response = invoke(API, event)
-        assert isinstance(response, dict)
-        return response
-
-    return call
-
-
-@pytest.fixture
 def table_items(template: Template) -> Callable[[], list[dict[str, Any]]]:
     def scan() -> list[dict[str, Any]]:
         items = boto3.client("dynamodb").scan(TableName=template.physical_name("OrdersTable"))["Items"]

@@ -19,16 +19,6 @@ API = "OrdersApiFunction"
 
 
 @pytest.fixture
-def api(aws: None, invoke: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
-    def call(event: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
-        response = invoke(API, event, env)
-        assert isinstance(response, dict)
-        return response
-
-    return call
-
-
-@pytest.fixture
 def table_items(template: Template) -> Callable[[], list[dict[str, Any]]]:
     def scan() -> list[dict[str, Any]]:
         client = boto3.client("dynamodb")
