@@ -15,8 +15,6 @@ import shop.aws
 from tests.support import header, json_body, load_event
 from tools.local.template import Template
 
-API = "OrdersApiFunction"
-
 
 @pytest.fixture
 def table_items(template: Template) -> Callable[[], list[dict[str, Any]]]:
