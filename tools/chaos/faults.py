@@ -45,9 +45,9 @@ from tools.chaos.ledger import Ledger
 from tools.chaos.plan import (
     API,
     API_CONFLICT,
+    API_KINDS,
     API_STALE_CANCEL,
     API_THROTTLE,
-    API_TIMEOUT_AFTER_COMMIT,
     CONSUMER,
     CONSUMER_TIMEOUT,
     CRASH_AFTER_COMPLETE,
@@ -59,9 +59,9 @@ from tools.chaos.plan import (
     PLAN_ENV,
     RELAY,
     RELAY_CALL_ERROR,
-    RELAY_CRASH_AFTER_PUT,
     RELAY_ENTRY_FAILURES,
     RELAY_ENTRY_FAILURES_PERSISTENT,
+    RELAY_KINDS,
     RELAY_LOST_RESPONSE,
     RELAY_THROTTLE,
     FunctionPlan,
@@ -74,18 +74,9 @@ ApiCall = Callable[[BaseClient, str, dict[str, Any]], Any]
 # The publisher tries an entry at most 6 times per invocation; failing it that often makes it checkpoint.
 _PERSISTENT_FAILURES = 6
 _MAX_FAILED_ENTRIES = 3
-_API_KINDS = (API_THROTTLE, API_CONFLICT, API_TIMEOUT_AFTER_COMMIT)
 # A stale cancel waits at most this long for the order to change under it.
 _STALE_HOLD_SECONDS = 4.0
 _STALE_POLL_SECONDS = 0.05
-_RELAY_KINDS = (
-    RELAY_THROTTLE,
-    RELAY_CALL_ERROR,
-    RELAY_LOST_RESPONSE,
-    RELAY_ENTRY_FAILURES,
-    RELAY_ENTRY_FAILURES_PERSISTENT,
-    RELAY_CRASH_AFTER_PUT,
-)
 
 
 class ChaosCrash(BaseException):
@@ -325,10 +316,10 @@ class Injector:
         ]
         # A create is retried under its Idempotency-Key (a new order id each time); a cancel under its event.
         identity = request_keys or event_ids
-        candidates: tuple[str, ...] = _API_KINDS
+        candidates: tuple[str, ...] = API_KINDS
         cancel_from_pending = _cancel_from_pending(params, puts)
         if cancel_from_pending is not None:
-            candidates = (API_STALE_CANCEL, *_API_KINDS)
+            candidates = (API_STALE_CANCEL, *API_KINDS)
         kind = self._pick(candidates)
         if kind == API_STALE_CANCEL:
             identity = [f"stale-cancel:{order_id}" for order_id in order_ids]
@@ -384,7 +375,7 @@ class Injector:
             for position in repeat:
                 self._persistent[ids[position]] -= 1
             return self._fail_entries(original, client, operation, params, set(repeat))
-        kind = self._pick(_RELAY_KINDS)
+        kind = self._pick(RELAY_KINDS)
         if kind is None:
             return original(client, operation, params)
         if kind in {RELAY_ENTRY_FAILURES, RELAY_ENTRY_FAILURES_PERSISTENT}:
