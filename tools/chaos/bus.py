@@ -111,7 +111,23 @@ class CapturedEvent:
     first_at: float = field(default_factory=time.time)
 
 
-class BusCapture:
+class _QueueCapture:
+    """A capture queue read by a background drainer; subclasses set `_drainer` and handle messages."""
+
+    _drainer: _Drainer
+
+    def start(self) -> None:
+        self._drainer.start()
+
+    def stop(self) -> None:
+        self._drainer.stop()
+
+    @property
+    def errors(self) -> list[str]:
+        return self._drainer.errors
+
+
+class BusCapture(_QueueCapture):
     """Every event put on the bus, by CloudEvent id."""
 
     def __init__(self, stack: LocalStack, bus_name: str, prefix: str) -> None:
@@ -127,16 +143,6 @@ class BusCapture:
         )
         events.put_targets(Rule=rule, EventBusName=bus_name, Targets=[{"Id": "capture", "Arn": arn}])
         self._drainer = _Drainer(sqs, self.queue_url, "chaos-bus-capture", self._on_message)
-
-    def start(self) -> None:
-        self._drainer.start()
-
-    def stop(self) -> None:
-        self._drainer.stop()
-
-    @property
-    def errors(self) -> list[str]:
-        return self._drainer.errors
 
     def _on_message(self, message: MessageTypeDef) -> None:
         body = json.loads(message["Body"])
@@ -158,7 +164,7 @@ class BusCapture:
             return dict(self.events)
 
 
-class NotificationCapture:
+class NotificationCapture(_QueueCapture):
     """Every message published to a topic of the stack, as its JSON message."""
 
     def __init__(self, stack: LocalStack, topic: str) -> None:
@@ -167,16 +173,6 @@ class NotificationCapture:
         self.unreadable: list[str] = []
         self.queue_url = stack.capture_queue_url(topic)
         self._drainer = _Drainer(stack.clients.sqs(), self.queue_url, "chaos-notifications", self._on_message)
-
-    def start(self) -> None:
-        self._drainer.start()
-
-    def stop(self) -> None:
-        self._drainer.stop()
-
-    @property
-    def errors(self) -> list[str]:
-        return self._drainer.errors
 
     def _on_message(self, message: MessageTypeDef) -> None:
         envelope = json.loads(message["Body"])
