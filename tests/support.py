@@ -10,8 +10,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from local.context import LambdaContext
-from local.template import ROOT, FunctionSpec
+from tools.local.context import LambdaContext
+from tools.local.template import ROOT, FunctionSpec
 
 EVENTS_DIR = ROOT / "events"
 

@@ -19,9 +19,9 @@ import itertools
 import uuid
 from typing import Any
 
-from local.activity import Invocation
-from local.stack import LocalStack
-from local.stream_poller import item_lane
+from tools.local.activity import Invocation
+from tools.local.stack import LocalStack
+from tools.local.stream_poller import item_lane
 
 WITH_DDB = "https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html"
 FUNCTION = "ProbeStreamFunction"

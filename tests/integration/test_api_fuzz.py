@@ -1,4 +1,4 @@
-"""The API's OpenAPI document (chaos/openapi.json) and a schemathesis run against the local stack's API.
+"""The API's OpenAPI document (tools/chaos/openapi.json) and a schemathesis run against the local stack's API.
 
 `make fuzz` sends 1,000 generated requests; this sends fewer, with a fixed seed.
 """
@@ -9,11 +9,11 @@ from typing import Any
 
 import requests
 
-from chaos import openapi
-from chaos.fuzz import fuzz
-from local.event_sources import read_event_sources
-from local.stack import LocalStack
-from local.template import Template
+from tools.chaos import openapi
+from tools.chaos.fuzz import fuzz
+from tools.local.event_sources import read_event_sources
+from tools.local.stack import LocalStack
+from tools.local.template import Template
 
 FUZZ_REQUESTS = 150
 
@@ -24,7 +24,7 @@ def _operations(document: dict[str, Any]) -> set[tuple[str, str]]:
 
 def test_the_committed_document_is_what_the_resolver_generates():
     assert openapi.committed() == openapi.generate(), (
-        "run `python -m chaos openapi` and commit chaos/openapi.json"
+        "run `python -m tools.chaos openapi` and commit tools/chaos/openapi.json"
     )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from local.artefacts import build_for_host
-from local.template import ROOT, Template, load_yaml
+from tools.local.artefacts import build_for_host
+from tools.local.template import ROOT, Template, load_yaml
 
 BUILD_DIR = ROOT / ".aws-sam" / "build"
 
@@ -42,6 +42,14 @@ def test_every_function_and_the_layer_are_built(built: dict[str, Path], template
     layer = built["SharedLayer"] / "python"
     assert (layer / "shop" / "orders.py").is_file()
     assert (layer / "aws_lambda_powertools").is_dir()
+
+
+def test_operator_and_tooling_code_ships_in_no_artefact(built: dict[str, Path]):
+    # Redrive and replay run from a checkout (python -m operations); no function calls them.
+    shipped = {path.name for artefact in built.values() for path in artefact.rglob("*.py")}
+    assert "recovery.py" not in shipped
+    top_level = {path.name for artefact in built.values() for path in artefact.iterdir()}
+    assert not top_level & {"operations", "tools"}
 
 
 def test_native_wheels_in_the_layer_are_arm64(built: dict[str, Path]):

@@ -1,4 +1,4 @@
-"""A small chaos run (chaos/, `make chaos`) through the local stack: every fault kind is injected, the
+"""A small chaos run (tools/chaos/, `make chaos`) through the local stack: every fault kind is injected, the
 pipeline drains, and every invariant holds. `make chaos` runs the same harness at full size."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 from botocore.client import BaseClient
 
-from chaos import faults
-from chaos.harness import ChaosConfig, run
-from chaos.plan import HARNESS_KINDS, PLAN_ENV, WORKER_KINDS
-from chaos.report import render
-from local.services import LocalServices
+from tools.chaos import faults
+from tools.chaos.harness import ChaosConfig, run
+from tools.chaos.plan import HARNESS_KINDS, PLAN_ENV, WORKER_KINDS
+from tools.chaos.report import render
+from tools.local.services import LocalServices
 
 
 def test_without_a_plan_nothing_is_wrapped():

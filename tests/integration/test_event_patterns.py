@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from local.patterns import PatternError, matches, parse_pattern
+from tools.local.patterns import PatternError, matches, parse_pattern
 
 OUTBOX_INSERT: dict[str, Any] = {
     "eventName": "INSERT",

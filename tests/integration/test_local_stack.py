@@ -18,16 +18,16 @@ import pytest
 import requests
 import yaml
 
-from local.activity import Invocation
-from local.functions import function_environment
-from local.invoke import invoke, write_state
-from local.processes import StartupError, live_children
-from local.services import LocalServices
-from local.stack import LocalStack, StackOptions
-from local.template import ROOT, Template
 from shop import keys
 from tests.integration.conftest import probe_template_data, start_stack, stop_stack
 from tests.support import load_event
+from tools.local.activity import Invocation
+from tools.local.functions import function_environment
+from tools.local.invoke import invoke, write_state
+from tools.local.processes import StartupError, live_children
+from tools.local.services import LocalServices
+from tools.local.stack import LocalStack, StackOptions
+from tools.local.template import ROOT, Template
 
 HTTP_TIMEOUT = 10
 STREAM_SECONDS = 15

@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-from local.stack import LocalStack
+from tools.local.stack import LocalStack
 
 SAGA_SECONDS = 20.0  # a bound on waiting, not a speed target
 HOPS = ("OrdersApiFunction", "OutboxRelayFunction", "InventoryFunction", "OrderStatusFunction")

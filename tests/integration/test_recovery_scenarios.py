@@ -1,14 +1,14 @@
-"""The recovery scenarios (chaos/recovery_scenarios.py), small, through the local stack:
-`python -m chaos full-batch | stale-redrive | replay` run the same code at full size."""
+"""The recovery scenarios (tools/chaos/recovery_scenarios.py), small, through the local stack:
+`python -m tools.chaos full-batch | stale-redrive | replay` run the same code at full size."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.harness import ChaosConfig
-from chaos.recovery_scenarios import FullBatchPoison, StaleRedrive, render, replay_after_chaos
-from chaos.report import render as render_run
-from local.services import LocalServices
+from tools.chaos.harness import ChaosConfig
+from tools.chaos.recovery_scenarios import FullBatchPoison, StaleRedrive, render, replay_after_chaos
+from tools.chaos.report import render as render_run
+from tools.local.services import LocalServices
 
 
 def test_one_poison_at_position_3_of_a_full_batch_of_100_is_parked_whole_and_the_99_published(

@@ -13,8 +13,8 @@ import requests
 
 import shop.aws
 import shop.config
-from local.stack import LocalStack
 from shop.inventory_repository import DynamoInventoryRepository
+from tools.local.stack import LocalStack
 
 SAGA_SECONDS = 20.0  # a bound on waiting, not a speed target (make bench measures latency)
 

@@ -11,8 +11,8 @@ import pytest
 from moto import mock_aws
 from pytest_socket import disable_socket, enable_socket
 
-from local.template import Template
 from tests.conftest import reset_process_state
+from tools.local.template import Template
 
 # The X-Ray SDK opens its (unconnected) UDP emitter socket at import: import it before sockets close.
 import aws_xray_sdk.core  # noqa: F401  isort: skip
@@ -74,3 +74,15 @@ def poison_queue(aws: None, template: Template) -> Callable[[], list[dict[str, A
     queue_url = sqs.create_queue(QueueName=template.physical_name("RelayPoisonQueue"))["QueueUrl"]
 
     return lambda: drain_queue(sqs, queue_url)
+
+
+@pytest.fixture
+def api(aws: None, invoke: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
+    """api(event, env=None): the order API's handler with the template's environment; its response."""
+
+    def call(event: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+        response = invoke("OrdersApiFunction", event, env)
+        assert isinstance(response, dict)
+        return response
+
+    return call

@@ -12,7 +12,6 @@ import pytest
 
 import shop.inventory_repository
 import shop.order_repository
-from local.template import Template
 from shop.config import Settings
 from shop.envelope import CloudEvent
 from shop.inventory import InventoryService
@@ -21,6 +20,7 @@ from shop.order_repository import DynamoOrderRepository
 from shop.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.saga import OrderStatusPolicy
 from tests.support import load_event
+from tools.local.template import Template
 
 INVENTORY = "InventoryFunction"
 ORDER_STATUS = "OrderStatusFunction"

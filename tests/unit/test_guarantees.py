@@ -23,7 +23,6 @@ import pytest
 from botocore.exceptions import ClientError
 
 import shop.aws
-from local.template import Template
 from shop import keys
 from shop.config import Settings
 from shop.envelope import CloudEvent, now
@@ -40,6 +39,7 @@ from shop.orders import (
 )
 from tests.support import json_body, load_event
 from tests.unit.fakes import WritesRefused
+from tools.local.template import Template
 
 API = "OrdersApiFunction"
 CALLER = "arn:aws:iam::123456789012:user/alice"

@@ -9,26 +9,16 @@ from typing import Any
 import boto3
 import pytest
 
-from local.api import DEFAULT_LOCAL_CALLER, RouteTable, local_caller_arn, proxy_event
-from local.event_sources import read_event_sources
-from local.template import ACCOUNT, Template
 from shop import keys
 from shop.orders import ANONYMOUS_CALLER
 from tests.support import header, json_body, load_event, load_handler_module
+from tools.local.api import DEFAULT_LOCAL_CALLER, RouteTable, local_caller_arn, proxy_event
+from tools.local.event_sources import read_event_sources
+from tools.local.template import ACCOUNT, Template
 
 API = "OrdersApiFunction"
 ALICE = "arn:aws:iam::123456789012:user/alice"
 BOB = "arn:aws:iam::210987654321:assumed-role/Buyer/bob"
-
-
-@pytest.fixture
-def api(aws: None, invoke: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def call(event: dict[str, Any]) -> dict[str, Any]:
-        response = invoke(API, event)
-        assert isinstance(response, dict)
-        return response
-
-    return call
 
 
 @pytest.fixture

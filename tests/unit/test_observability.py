@@ -18,13 +18,13 @@ from typing import Any
 import boto3
 import pytest
 
-from local.template import Template
 from shop.config import Settings
 from shop.inventory_repository import DynamoInventoryRepository
 from shop.observability import logger
 from shop.order_repository import DynamoOrderRepository
 from shop.orders import OrderLine, OrderService, PlaceOrder
 from tests.support import load_event
+from tools.local.template import Template
 
 API = "OrdersApiFunction"
 RELAY = "OutboxRelayFunction"

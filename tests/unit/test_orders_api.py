@@ -12,20 +12,8 @@ import pytest
 from botocore.stub import Stubber
 
 import shop.aws
-from local.template import Template
 from tests.support import header, json_body, load_event
-
-API = "OrdersApiFunction"
-
-
-@pytest.fixture
-def api(aws: None, invoke: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
-    def call(event: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
-        response = invoke(API, event, env)
-        assert isinstance(response, dict)
-        return response
-
-    return call
+from tools.local.template import Template
 
 
 @pytest.fixture

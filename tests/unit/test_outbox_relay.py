@@ -11,12 +11,12 @@ import pytest
 from moto.events.models import EventPattern, EventPatternParser
 
 import shop.aws
-from local.template import Template
 from shop import keys
 from shop.envelope import CloudEvent
 from shop.outbox import outbox_item
 from tests.support import load_event
 from tests.unit.fakes import FaultyEventBridge
+from tools.local.template import Template
 
 RELAY = "OutboxRelayFunction"
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/local-OrdersTable/stream/2026-11-21T00:00:00.000"

@@ -12,10 +12,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+import operations.recovery
 import shop.aws
-import shop.recovery
-from local.template import Template
-from scripts.outbox_admin import main as outbox_admin
+from operations.admin import main as outbox_admin
+from operations.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
 from shop import keys
 from shop.config import Settings
 from shop.envelope import CloudEvent
@@ -24,7 +24,7 @@ from shop.orders import OrderLine, OrderService, PlaceOrder
 from shop.outbox import OutboxEntry, outbox_item
 from shop.poison import PoisonQueue, PoisonRecord, checked_poison_message, poison_message_body
 from shop.publisher import EventPublisher
-from shop.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
+from tools.local.template import Template
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -187,6 +187,22 @@ def test_replay_by_event_id(place_orders, recovery, bus, template):
     assert any("no-such-event" in line for line in report.missing)
 
 
+@pytest.fixture
+def relay_dlq(aws: None, template: Template) -> Callable[..., str]:
+    """The relay DLQ; relay_dlq(*bodies) sends each body (a dict is sent as JSON) and returns its url."""
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayDeadLetterQueue"))["QueueUrl"]
+
+    def send(*bodies: dict[str, Any] | str) -> str:
+        for body in bodies:
+            sqs.send_message(
+                QueueUrl=queue_url, MessageBody=body if isinstance(body, str) else json.dumps(body)
+            )
+        return str(queue_url)
+
+    return send
+
+
 def admin(template: Template, *args: str) -> int:
     poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
     return outbox_admin(
@@ -194,15 +210,12 @@ def admin(template: Template, *args: str) -> int:
     )
 
 
-def test_redrive_command_empties_the_dead_letter_queue(place_orders, bus, poison_queue, template, capsys):
+def test_redrive_command_empties_the_dead_letter_queue(
+    place_orders, bus, poison_queue, relay_dlq, template, capsys
+):
     place_orders(2)
     arn, shard, records = stream_records(template)
-    sqs = boto3.client("sqs")
-    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayDeadLetterQueue"))["QueueUrl"]
-    sqs.send_message(
-        QueueUrl=queue_url, MessageBody=json.dumps(failure_message(arn, shard, records[0], records[-1], 2))
-    )
-    sqs.send_message(QueueUrl=queue_url, MessageBody="not a failure record")
+    queue_url = relay_dlq(failure_message(arn, shard, records[0], records[-1], 2), "not a failure record")
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 
@@ -253,7 +266,7 @@ def test_a_stream_read_that_never_reaches_the_end_sequence_is_incomplete(
 ):
     place_orders(2)
     arn, shard, records = stream_records(template)
-    monkeypatch.setattr(shop.recovery, "_MAX_READS", 3)
+    monkeypatch.setattr(operations.recovery, "_MAX_READS", 3)
     pager = PagingStreams(boto3.client("dynamodbstreams"), empty_pages=1_000)
     monkeypatch.setattr(shop.aws, "dynamodb_streams", lambda: pager)
 
@@ -277,22 +290,18 @@ def test_a_range_holding_fewer_records_than_the_batch_size_is_incomplete(
 
 
 def test_redrive_of_a_batch_older_than_the_outbox_ttl_is_refused_and_kept(
-    place_orders, bus, poison_queue, settings, template, monkeypatch, capsys
+    place_orders, bus, poison_queue, relay_dlq, settings, template, monkeypatch, capsys
 ):
     place_orders(2)
     arn, shard, records = stream_records(template)
-    sqs = boto3.client("sqs")
-    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayDeadLetterQueue"))["QueueUrl"]
-    sqs.send_message(
-        QueueUrl=queue_url, MessageBody=json.dumps(failure_message(arn, shard, records[0], records[-1], 2))
-    )
+    queue_url = relay_dlq(failure_message(arn, shard, records[0], records[-1], 2))
 
     def trimmed(self: OutboxRecovery, batch: FailedStreamBatch) -> None:
         raise StreamRangeUnavailable(batch.stream_arn)
 
     monkeypatch.setattr(OutboxRecovery, "read_stream_range", trimmed)
     # Seventeen days later: the TTL (16 days) may have deleted the items the message stands for
-    monkeypatch.setattr(shop.recovery, "utc_now", lambda: T0 + timedelta(days=17))
+    monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=17))
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 
@@ -303,7 +312,9 @@ def test_redrive_of_a_batch_older_than_the_outbox_ttl_is_refused_and_kept(
     assert any("TTL" in line for line in report["missing"])
     assert "kept" in out.err
     assert bus() == []  # nothing claimed, nothing sent
-    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+    attributes = boto3.client("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
     assert int(attributes["ApproximateNumberOfMessagesNotVisible"]) == 1  # still there, not deleted
 
 
@@ -446,16 +457,13 @@ def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
 
 
 def test_an_aws_failure_on_one_message_keeps_it_and_the_command_goes_on(
-    place_orders, bus, poison_queue, template, monkeypatch, capsys
+    place_orders, bus, poison_queue, relay_dlq, template, monkeypatch, capsys
 ):
     place_orders(2)
     arn, shard, records = stream_records(template)
-    sqs = boto3.client("sqs")
-    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayDeadLetterQueue"))["QueueUrl"]
     good = failure_message(arn, shard, records[0], records[-1], 2)
     broken = failure_message(arn + "-gone", shard, records[0], records[-1], 2)
-    for body in (broken, good):
-        sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(body))
+    queue_url = relay_dlq(broken, good)
     real = OutboxRecovery.read_stream_range
 
     def read(self: OutboxRecovery, batch: FailedStreamBatch) -> Any:

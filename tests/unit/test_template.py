@@ -14,12 +14,12 @@ import botocore.client
 import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-from local.template import ROOT, Template
 from shop.config import Settings
 from shop.inventory_repository import DynamoInventoryRepository
 from shop.order_repository import DynamoOrderRepository
 from shop.orders import OrderLine, OrderService, PlaceOrder
 from tests.support import json_body, load_event
+from tools.local.template import ROOT, Template
 
 # The README links to docs/; the promises about the template live in these pages.
 DOCS = {

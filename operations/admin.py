@@ -1,0 +1,178 @@
+"""Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the table.
+
+    python -m operations redrive --stack-name NAME            # or --queue-url/--bus
+    python -m operations redrive-poison --stack-name NAME     # records the relay parked
+    python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
+    python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...]
+    python -m operations seed --stack-name NAME --file tools/local/seed.json
+
+Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
+every consumer deduplicates on the CloudEvent id for the whole republish window (OutboxTtlDays).
+A queue message is deleted only when its report is complete; otherwise it stays, the report names
+what is missing, and the command exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from operations.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
+from shop import aws
+from shop.config import Settings
+from shop.envelope import parse_time
+from shop.errors import InvalidEnvelope
+from shop.inventory_repository import DynamoInventoryRepository
+from shop.poison import PoisonQueue, checked_poison_message
+from shop.publisher import EventPublisher
+
+
+def stack_outputs(stack_name: str) -> dict[str, str]:
+    stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def _resolve(args: argparse.Namespace, attribute: str, output: str) -> str:
+    value = getattr(args, attribute)
+    if value:
+        return str(value)
+    if args.stack_name:
+        return stack_outputs(args.stack_name)[output]
+    raise SystemExit(f"error: give --{attribute.replace('_', '-')} or --stack-name")
+
+
+def _recovery(args: argparse.Namespace) -> OutboxRecovery:
+    settings = Settings.from_env()
+    bus = _resolve(args, "bus", "EventBusName")
+    return OutboxRecovery(
+        EventPublisher(bus, settings.max_event_bytes),
+        PoisonQueue(_resolve(args, "poison_queue_url", "RelayPoisonQueueUrl")),
+        max_event_bytes=settings.max_event_bytes,
+        time_shards=settings.outbox_time_shards,
+        ttl_days=settings.outbox_ttl_days,
+    )
+
+
+def _print(report: RecoveryReport, **extra: Any) -> None:
+    print(json.dumps({**extra, **vars(report), "complete": report.complete}))
+
+
+def _drain_queue(
+    queue_url: str, max_messages: int, recover: Callable[[dict[str, Any]], RecoveryReport | None]
+) -> int:
+    """Hand each message to `recover`; delete it only when its report is complete."""
+    sqs = aws.sqs()
+    handled = 0
+    kept = 0
+    seen: set[str] = set()
+    while handled + kept < max_messages:
+        messages = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=300
+        ).get("Messages", [])
+        messages = [m for m in messages if m["MessageId"] not in seen]
+        if not messages:
+            break
+        for message in messages:
+            seen.add(message["MessageId"])
+            try:
+                report = recover(json.loads(message["Body"]))
+            except (InvalidEnvelope, ValueError, KeyError, TypeError) as exc:
+                report = None
+                print(json.dumps({"messageId": message["MessageId"], "error": f"unreadable message: {exc}"}))
+            except (ClientError, BotoCoreError) as exc:
+                # One message's AWS failure never stops the others; this one stays for a later run.
+                report = None
+                print(json.dumps({"messageId": message["MessageId"], "error": f"AWS call failed: {exc}"}))
+            if report is not None:
+                _print(report, messageId=message["MessageId"])
+            if report is not None and report.complete:
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+                handled += 1
+            else:
+                kept += 1  # stays in the queue (visible again after the visibility timeout)
+    print(json.dumps({"redriven": handled, "kept": kept}))
+    if kept:
+        print(f"error: {kept} message(s) kept in {queue_url}: see their 'missing' above", file=sys.stderr)
+    return 0 if kept == 0 else 1
+
+
+def redrive(args: argparse.Namespace) -> int:
+    recovery = _recovery(args)
+    return _drain_queue(
+        _resolve(args, "queue_url", "RelayDeadLetterQueueUrl"),
+        args.max_messages,
+        lambda body: recovery.redrive(FailedStreamBatch.from_message(body)),
+    )
+
+
+def redrive_poison(args: argparse.Namespace) -> int:
+    recovery = _recovery(args)
+    return _drain_queue(
+        _resolve(args, "poison_queue_url", "RelayPoisonQueueUrl"),
+        args.max_messages,
+        lambda body: recovery.redrive_parked(checked_poison_message(body)),
+    )
+
+
+def replay(args: argparse.Namespace) -> int:
+    table = _resolve(args, "table", "OrdersTableName")
+    recovery = _recovery(args)
+    if args.event_id:
+        report = recovery.replay_events(table, args.event_id)
+    elif args.start and args.end:
+        report = recovery.replay_window(table, parse_time(args.start), parse_time(args.end))
+    else:
+        raise SystemExit("error: give --event-id, or both --from and --to")
+    _print(report, table=table)
+    return 0 if report.complete else 1
+
+
+def seed(args: argparse.Namespace) -> int:
+    table = _resolve(args, "table", "InventoryTableName")
+    stock = json.loads(Path(args.file).read_text())["stock"]
+    settings = Settings.from_env({"INVENTORY_TABLE_NAME": table})
+    seed_stock(DynamoInventoryRepository(settings), stock)
+    print(json.dumps({"table": table, "skus": len(stock)}))
+    return 0
+
+
+def seed_stock(repository: DynamoInventoryRepository, stock: list[dict[str, Any]]) -> None:
+    """Set the available stock of each SKU listed in a seed file's "stock" section."""
+    for line in stock:
+        repository.set_stock(str(line["sku"]), int(line["available"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--stack-name", help="read names from this CloudFormation stack's outputs")
+    parser.add_argument("--bus", help="event bus name (default: stack output EventBusName)")
+    parser.add_argument("--poison-queue-url", help="default: stack output RelayPoisonQueueUrl")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p_redrive = commands.add_parser("redrive", help="republish the batches in the relay dead-letter queue")
+    p_redrive.add_argument("--queue-url", help="default: stack output RelayDeadLetterQueueUrl")
+    p_redrive.add_argument("--max-messages", type=int, default=1000)
+    p_redrive.set_defaults(run=redrive)
+    p_poison = commands.add_parser(
+        "redrive-poison", help="republish records the relay parked (after fixing why they failed)"
+    )
+    p_poison.add_argument("--max-messages", type=int, default=1000)
+    p_poison.set_defaults(run=redrive_poison)
+    p_replay = commands.add_parser("replay", help="republish outbox events from a table")
+    p_replay.add_argument("--table", help="default: stack output OrdersTableName")
+    p_replay.add_argument("--from", dest="start", help="RFC 3339 start of the window (inclusive)")
+    p_replay.add_argument("--to", dest="end", help="RFC 3339 end of the window (inclusive)")
+    p_replay.add_argument("--event-id", action="append", help="republish this event (repeatable)")
+    p_replay.set_defaults(run=replay)
+    p_seed = commands.add_parser("seed", help="set stock levels from a seed file")
+    p_seed.add_argument("--table", help="default: stack output InventoryTableName")
+    p_seed.add_argument("--file", default="tools/local/seed.json", help='{"stock": [{"sku", "available"}]}')
+    p_seed.set_defaults(run=seed)
+    args = parser.parse_args(argv)
+    return int(args.run(args))

@@ -1,0 +1,8 @@
+"""Tooling around the product, apart from it: nothing under tools/ ships in a Lambda artefact.
+
+- tools.local  the docker-free local stack built from template.yaml (`make local`, the test stacks)
+- tools.chaos  fault injection, invariants, recovery scenarios, API fuzzing (`make chaos`, `make fuzz`)
+- tools.bench  relay efficiency, latency, cold start, write cost (`make bench`)
+
+tools.chaos and tools.bench drive tools.local; tools.local imports nothing of theirs.
+"""

@@ -1,0 +1,201 @@
+"""`make bench`: relay efficiency, end-to-end latency, cold start and write cost, in one run.
+
+Prints a table and writes .bench/latest.json (figures, medians, ratios, versions, machine facts).
+Sizes can be lowered for a quick look: BENCH_EVENTS, BENCH_RATE, BENCH_SECONDS, BENCH_SAMPLES.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tools.local.artefacts import build_for_host
+from tools.local.services import LocalServices
+from tools.local.stack import LocalStack, StackOptions
+from tools.local.template import ROOT
+
+sys.path.insert(0, str(ROOT / "layers" / "shared"))
+
+from shop import aws, config
+from shop.inventory_repository import DynamoInventoryRepository
+from tools.bench import cold_start, cost_model, latency, relay_efficiency, write_cost
+
+OUT_DIR = ROOT / ".bench"
+Check = Callable[[dict[str, Any]], bool]
+TARGETS: dict[str, Check] = {
+    "relay calls per event <= 0.10": lambda r: r["relay"]["ours"]["put_events_calls_per_event"] <= 0.1001,
+    "relay events/s >= 5x baseline": lambda r: r["relay"]["speedup_events_per_second"] >= 5,
+    "POST->CONFIRMED p50 <= 150 ms": lambda r: r["latency"]["post_to_confirmed"].get("p50_ms", 1e9) <= 150,
+    "POST->CONFIRMED p99 <= 600 ms": lambda r: r["latency"]["post_to_confirmed"].get("p99_ms", 1e9) <= 600,
+    "cold start <= 1.3x import boto3 (with .pyc)": lambda r: all(
+        s["ratio_to_boto3_with_pyc"] <= 1.3
+        for n, s in r["cold_start"]["subjects"].items()
+        if n != "import boto3"
+    ),
+}
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        "java": subprocess.run(
+            ["java", "-version"], capture_output=True, text=True, check=False
+        ).stderr.splitlines()[0],
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def _versions() -> dict[str, str]:
+    return {
+        name: metadata.version(name) for name in ("boto3", "aws-lambda-powertools", "moto", "aws-sam-cli")
+    }
+
+
+def _seed_stock(stack: LocalStack, sku: str) -> None:
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL_DYNAMODB": stack.endpoints.dynamodb,
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "INVENTORY_TABLE_NAME": stack.template.physical_name("InventoryTable"),
+        }
+    )
+    config.get_settings.cache_clear()
+    aws.reset_clients()
+    DynamoInventoryRepository(config.Settings.from_env()).set_stock(sku, 10**9)
+
+
+def main() -> int:
+    OUT_DIR.mkdir(exist_ok=True)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    began = time.monotonic()
+    results: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "versions": _versions(),
+    }
+
+    print("1/4 end-to-end latency in the local stack ...", flush=True)
+    stack = LocalStack(options=StackOptions(api_port=0, data_dir=OUT_DIR / "stack"))
+    stack.start()
+    try:
+        _seed_stock(stack, "SKU-BENCH")
+        results["latency"] = latency.run(
+            stack, "SKU-BENCH", float(_env_int("BENCH_RATE", 50)), float(_env_int("BENCH_SECONDS", 60))
+        )
+    finally:
+        stack.stop()
+
+    print("2/4 relay efficiency and 3/4 write cost ...", flush=True)
+    services = LocalServices(OUT_DIR / "services")
+    services.start()
+    try:
+        results["relay"] = relay_efficiency.run(
+            services.endpoints.moto, _env_int("BENCH_EVENTS", 10_000), 100
+        )
+        results["write_cost"] = write_cost.run(services.endpoints.dynamodb, services.endpoints.moto, 200)
+    finally:
+        services.stop()
+
+    print("4/4 cold start of the built artefacts ...", flush=True)
+    host_build = build_for_host(OUT_DIR / "host-build")
+    results["cold_start"] = cold_start.run(host_build, OUT_DIR / "cold-start", _env_int("BENCH_SAMPLES", 7))
+
+    results["cost_per_million_orders"] = {
+        relay: cost_model.cost_per_million_orders(results, relay) for relay in ("ours", "baseline")
+    }
+    results["targets"] = {name: bool(check(results)) for name, check in TARGETS.items()}
+    results["seconds"] = time.monotonic() - began
+    (OUT_DIR / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(render(results))
+    print()
+    print(cost_model.render(results))
+    return 0
+
+
+def render(results: dict[str, Any]) -> str:
+    relay = results["relay"]
+    lat = results["latency"]
+    lines = [
+        f"make bench  {results['date']}  {results['machine']['cpu']} x{results['machine']['cores']}",
+        "",
+        "relay (same records, same endpoint)        ours        baseline",
+    ]
+    for label, key, fmt in (
+        ("PutEvents calls per event", "put_events_calls_per_event", ".4f"),
+        ("records delivered per order", "records_delivered_per_order", ".2f"),
+        ("CPU ms per 1000 events", "cpu_ms_per_1000_events", ".0f"),
+        ("events/s (median of slices)", "events_per_second_median", ".0f"),
+    ):
+        lines.append(f"  {label:<34} {relay['ours'][key]:>10{fmt}} {relay['baseline'][key]:>12{fmt}}")
+    lines += [
+        f"  speed-up                           {relay['speedup_events_per_second']:>10.1f}x",
+        "",
+        f"latency at {lat['offered_rate_per_s']:.0f} orders/s offered for {lat['seconds']:.0f} s "
+        f"(achieved {lat['achieved_rate_per_s']:.1f}/s)",
+    ]
+    for name in ("post_to_confirmed", "post_to_notification"):
+        figures = lat.get(name) or {}
+        if figures:
+            lines.append(
+                f"  {name:<24} p50 {figures['p50_ms']:>7.0f} ms  p95 {figures['p95_ms']:>7.0f} ms  "
+                f"p99 {figures['p99_ms']:>7.0f} ms"
+            )
+    lines.append(
+        f"  dominant hop: {lat['dominant_hop']}  (medians: "
+        + ", ".join(f"{hop} {ms:.0f} ms" for hop, ms in lat["median_hop_ms"].items())
+        + ")"
+    )
+    lines += ["", "cold start (median ms)            no .pyc   with .pyc   ratio vs boto3 (.pyc)"]
+    for name, figures in results["cold_start"]["subjects"].items():
+        lines.append(
+            f"  {name:<28} {figures['no_pyc_ms']:>8.0f} {figures['with_pyc_ms']:>10.0f} "
+            f"{figures['ratio_to_boto3_with_pyc']:>12.2f}"
+        )
+    cost = results["write_cost"]
+    lines += [
+        "",
+        f"write cost: create {cost['create']['wcu_aws']:.0f} WCU, cancel {cost['cancel']['wcu_aws']:.0f} WCU "
+        "(AWS billing of DynamoDB Local's units)",
+    ]
+    for function, figures in cost["consumers"].items():
+        lines.append(
+            f"  {function:<24} {figures['dynamodb_calls_per_event']:.1f} DynamoDB calls, "
+            f"{figures['wcu_aws']:.0f} WCU per event"
+        )
+    lines += ["", "targets:"] + [
+        f"  {'met ' if ok else 'MISS'} {name}" for name, ok in results["targets"].items()
+    ]
+    lines.append(f"\n{results['seconds']:.0f} s; figures in .bench/latest.json")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

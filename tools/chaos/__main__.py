@@ -1,0 +1,146 @@
+"""`make chaos` (python -m tools.chaos): one chaos run; prints the table, writes .chaos/latest.json.
+`make chaos-isolation` (python -m tools.chaos isolation): the poison-pill isolation measurement
+(RECORDS=1000),
+writes .chaos/isolation.json.
+`make fuzz` (python -m tools.chaos fuzz): schemathesis against the local stack's API (REQUESTS=1000, SEED=7),
+writes .chaos/fuzz.json.
+`python -m tools.chaos openapi`: regenerate tools/chaos/openapi.json from the API's resolver.
+Recovery scenarios (tools/chaos/recovery_scenarios.py), each writes .chaos/<name>.json:
+    `python -m tools.chaos full-batch`     one poison at position 3 of a full relay batch of 100
+    `python -m tools.chaos stale-redrive`  redrive refuses a DLQ batch older than the outbox TTL
+    `python -m tools.chaos replay`         a chaos run (ORDERS=100), then a 2-day replay of both tables
+
+Settings from the environment, as the Makefile passes them:
+    ORDERS=200        orders to place
+    SEED=7            seed of every random decision (faults, orders, duplicates)
+    WORKERS=6         concurrent HTTP clients
+    RATE=4            orders created per second at most (0: as fast as the clients go)
+    DRAIN_TIMEOUT=    seconds to wait for the pipeline to drain (default: max(240, 0.6 x ORDERS))
+    MAX_RECEIVES=     the consumer queues' maxReceiveCount (default: the template's)
+    PARALLELIZATION=  the relay mappings' ParallelizationFactor (default: the template's, 1)
+Exit status: 0 when every invariant holds, 1 when one fails, 2 when the run could not be made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from tools.chaos import fuzz, openapi, recovery_scenarios
+from tools.chaos.harness import DEFAULT_OUT_DIR, ChaosConfig, run
+from tools.chaos.isolation import Isolation
+from tools.chaos.isolation import render as render_isolation
+from tools.chaos.report import render
+from tools.local.processes import StartupError
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"error: {name} must be an integer, got {raw!r}") from None
+
+
+def config_from_env(orders: int = 200) -> ChaosConfig:
+    drain = _env_int("DRAIN_TIMEOUT", None)
+    return ChaosConfig(
+        orders=_env_int("ORDERS", orders) or orders,
+        seed=_env_int("SEED", 7) or 0,
+        workers=_env_int("WORKERS", 6) or 6,
+        rate=float(_env_int("RATE", 4) or 0) or None,
+        drain_timeout_seconds=float(drain) if drain else None,
+        max_receive_count=_env_int("MAX_RECEIVES", None),
+        parallelization_factor=_env_int("PARALLELIZATION", None),
+    )
+
+
+def isolation() -> int:
+    records = _env_int("RECORDS", 1000) or 1000
+    try:
+        report = Isolation(records, DEFAULT_OUT_DIR).run()
+    except (StartupError, RuntimeError, TimeoutError) as exc:
+        print(f"error: the isolation measurement could not be made: {exc}", file=sys.stderr)
+        return 2
+    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (DEFAULT_OUT_DIR / "isolation.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(render_isolation(report))
+    return 0 if report["passed"] else 1
+
+
+def fuzz_api() -> int:
+    total = _env_int("REQUESTS", 1000) or 1000
+    try:
+        report = fuzz.run_against_local_stack(total, _env_int("SEED", 7) or 0)
+    except StartupError as exc:
+        print(f"error: the local stack could not start: {exc}", file=sys.stderr)
+        return 2
+    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (DEFAULT_OUT_DIR / "fuzz.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(fuzz.render(report))
+    return 0 if report["passed"] else 1
+
+
+def _write(name: str, report: dict[str, Any]) -> None:
+    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (DEFAULT_OUT_DIR / f"{name}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def scenario(name: str) -> int:
+    """One recovery scenario: 0 when its expectation holds, 1 when not, 2 when it could not be made."""
+    try:
+        if name == "replay":
+            report = recovery_scenarios.replay_after_chaos(config_from_env(orders=100))
+            _write(name, report)
+            print(render(report))
+            return 0 if report["passed"] else 1
+        runner = {
+            "full-batch": recovery_scenarios.FullBatchPoison,
+            "stale-redrive": recovery_scenarios.StaleRedrive,
+        }
+        report = runner[name](DEFAULT_OUT_DIR).run()
+    except (StartupError, RuntimeError, TimeoutError) as exc:
+        print(f"error: the {name} scenario could not be made: {exc}", file=sys.stderr)
+        return 2
+    _write(name, report)
+    print(recovery_scenarios.render(report))
+    return 0 if report["passed"] else 1
+
+
+SCENARIOS = ("full-batch", "stale-redrive", "replay")
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["isolation"]:
+        return isolation()
+    if len(argv) == 2 and argv[1] in SCENARIOS:
+        return scenario(argv[1])
+    if argv[1:] == ["fuzz"]:
+        return fuzz_api()
+    if argv[1:] == ["openapi"]:
+        print(f"wrote {openapi.relative(openapi.write())}")
+        return 0
+    if argv[1:]:
+        print(
+            f"usage: python -m tools.chaos [isolation | fuzz | openapi | {' | '.join(SCENARIOS)}]",
+            file=sys.stderr,
+        )
+        return 2
+    config = config_from_env()
+    try:
+        report = run(config)
+    except (StartupError, RuntimeError) as exc:
+        print(f"error: the chaos run could not be made: {exc}", file=sys.stderr)
+        return 2
+    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (DEFAULT_OUT_DIR / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(render(report))
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

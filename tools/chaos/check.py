@@ -1,0 +1,643 @@
+"""The invariants, checked against the tables, the bus capture, the topic capture and the queues.
+
+collect() reads the state of the stack (tables scanned in full, consistently); evaluate() turns it,
+with the ledger and what the client saw, into named checks. Each check lists a count and examples.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer
+
+from operations.recovery import FailedStreamBatch
+from shop import keys
+from shop.inventory import INVENTORY_REJECTED, INVENTORY_RELEASED, INVENTORY_RESERVED
+from shop.notifications import NOTIFIABLE
+from shop.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_REJECTED
+from shop.outbox import ENVELOPE
+from shop.poison import POISON_KIND
+from tools.chaos.bus import CapturedEvent
+from tools.chaos.driver import OrderOutcome
+from tools.chaos.plan import (
+    CONSUMER_TIMEOUT,
+    CRASH_AFTER_COMPLETE,
+    CRASH_AFTER_PUBLISH,
+    CRASH_AFTER_WRITE,
+    CRASH_BEFORE_WRITE,
+    OBSERVED_PUBLISH_RESPONSE_LOST,
+    RELAY_CRASH_AFTER_PUT,
+)
+from tools.chaos.poison import MalformedMessage, PoisonItem
+from tools.local.api import local_caller_arn
+from tools.local.stack import LocalStack
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
+_EXAMPLES = 5
+NOTIFIER = "NotificationFunction"
+# Faults that end the environment: the runtime reports them as Runtime.ExitError or Sandbox.Timedout.
+DEATH_KINDS = frozenset(
+    {CRASH_BEFORE_WRITE, CRASH_AFTER_WRITE, CRASH_AFTER_COMPLETE, CRASH_AFTER_PUBLISH, CONSUMER_TIMEOUT}
+    | {RELAY_CRASH_AFTER_PUT}
+)
+DEATH_ERRORS = frozenset({"Runtime.ExitError", "Sandbox.Timedout"})
+_DESERIALIZER = TypeDeserializer()
+
+# Every legal history of an order (outbox event types in sequence order) and the status it ends in.
+ORDER_HISTORIES: dict[tuple[str, ...], str] = {
+    (ORDER_CREATED,): "PENDING",
+    (ORDER_CREATED, ORDER_CONFIRMED): "CONFIRMED",
+    (ORDER_CREATED, ORDER_REJECTED): "REJECTED",
+    (ORDER_CREATED, ORDER_CANCELLED): "CANCELLED",
+    (ORDER_CREATED, ORDER_CONFIRMED, ORDER_CANCELLED): "CANCELLED",
+}
+# Every legal history of a reservation, by its final status.
+RESERVATION_HISTORIES: dict[str, set[tuple[str, ...]]] = {
+    "RESERVED": {(INVENTORY_RESERVED,)},
+    "REJECTED": {(INVENTORY_REJECTED,)},
+    "RELEASED": {(INVENTORY_RESERVED, INVENTORY_RELEASED)},
+    "CANCELLED": {(), (INVENTORY_REJECTED,)},  # cancelled before anything was reserved
+}
+# Which reservation statuses each final order status is consistent with.
+CONSISTENT: dict[str, set[str]] = {
+    "CONFIRMED": {"RESERVED"},
+    "REJECTED": {"REJECTED"},
+    "CANCELLED": {"RELEASED", "CANCELLED"},
+}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def scan(dynamodb: DynamoDBClient, table: str) -> list[dict[str, Any]]:
+    """Every item of a table, in attribute-value form (consistent reads)."""
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = dynamodb.scan(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+@dataclass(frozen=True)
+class OutboxRecord:
+    table: str
+    pk: str
+    sk: str
+    envelope: dict[str, Any] | None  # None: undecodable
+
+
+@dataclass
+class Snapshot:
+    orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    request_orders: dict[str, list[str]] = field(default_factory=dict)  # request key PK -> order ids
+    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stock: dict[str, int] = field(default_factory=dict)
+    outbox: list[OutboxRecord] = field(default_factory=list)
+    other_items: int = 0
+
+    def decodable(self) -> dict[str, OutboxRecord]:
+        return {str(r.envelope["id"]): r for r in self.outbox if r.envelope is not None}
+
+    def history(self, table: str) -> dict[str, list[dict[str, Any]]]:
+        """Outbox envelopes per aggregate (subject) of one table, in sequence order."""
+        by_aggregate: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in self.outbox:
+            if record.table == table and record.envelope is not None:
+                by_aggregate[str(record.envelope["subject"])].append(record.envelope)
+        for envelopes in by_aggregate.values():
+            envelopes.sort(key=lambda e: int(e["sequence"]))
+        return by_aggregate
+
+
+def _envelope_of(item: dict[str, Any]) -> dict[str, Any] | None:
+    raw = item.get(ENVELOPE, {}).get("S")
+    try:
+        envelope = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    required = ("id", "type", "subject", "sequence")
+    if not isinstance(envelope, dict) or any(name not in envelope for name in required):
+        return None
+    return envelope
+
+
+def collect(stack: LocalStack) -> Snapshot:
+    dynamodb = stack.clients.dynamodb()
+    snapshot = Snapshot()
+    for table in ("OrdersTable", "InventoryTable"):
+        for raw in scan(dynamodb, stack.template.physical_name(table)):
+            sort_key = raw[keys.SK]["S"]
+            if keys.is_outbox_sort_key(sort_key):
+                snapshot.outbox.append(OutboxRecord(table, raw[keys.PK]["S"], sort_key, _envelope_of(raw)))
+                continue
+            item = _plain({name: _DESERIALIZER.deserialize(value) for name, value in raw.items()})
+            kind = item.get("entityType")
+            if kind == "Order":
+                snapshot.orders[item["orderId"]] = item
+            elif kind == "RequestKey":
+                snapshot.request_orders.setdefault(item[keys.PK], []).append(item["orderId"])
+            elif kind == "Reservation":
+                snapshot.reservations[item["orderId"]] = item
+            elif kind == "Stock":
+                snapshot.stock[item["sku"]] = int(item["available"])
+            else:
+                snapshot.other_items += 1
+    return snapshot
+
+
+# --- dead-letter queues -----------------------------------------------------------------------------
+def read_dlq(stack: LocalStack, queue: str) -> list[str]:
+    """Bodies of every message in a dead-letter queue; they are made visible again afterwards."""
+    sqs = stack.clients.sqs()
+    url = stack.queue_url(queue)
+    bodies: dict[str, str] = {}
+    handles: list[str] = []
+    for _ in range(1000):  # bounded: 10,000 messages
+        messages = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=300, WaitTimeSeconds=0
+        ).get("Messages", [])
+        if not messages:
+            break
+        bodies.update({m["MessageId"]: m["Body"] for m in messages})
+        handles.extend(m["ReceiptHandle"] for m in messages)
+    for handle in handles:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+    return list(bodies.values())
+
+
+def stream_range_keys(streams: DynamoDBStreamsClient, batch: FailedStreamBatch) -> list[tuple[str, str]]:
+    """Keys of the outbox INSERT records in a failed batch's sequence range, read back from the stream."""
+    iterator: str | None = streams.get_shard_iterator(
+        StreamArn=batch.stream_arn,
+        ShardId=batch.shard_id,
+        ShardIteratorType="AT_SEQUENCE_NUMBER",
+        SequenceNumber=batch.start_sequence_number,
+    )["ShardIterator"]
+    end = int(batch.end_sequence_number)
+    found: list[tuple[str, str]] = []
+    for _ in range(1000):
+        if iterator is None:
+            break
+        page = streams.get_records(ShardIterator=iterator, Limit=1000)
+        records = page.get("Records", [])
+        for record in records:
+            data = record["dynamodb"]
+            if int(data["SequenceNumber"]) > end:
+                return found
+            image = data.get("NewImage") or {}
+            sort_key = str(image.get(keys.SK, {}).get("S", ""))
+            if record.get("eventName") == "INSERT" and keys.is_outbox_sort_key(sort_key):
+                found.append((str(image[keys.PK]["S"]), sort_key))
+        if not records:
+            break
+        iterator = page.get("NextShardIterator")
+    return found
+
+
+# --- the checks -------------------------------------------------------------------------------------
+@dataclass
+class Check:
+    name: str
+    description: str
+    violations: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def fail(self, message: str) -> None:
+        self.violations.append(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "description": self.description,
+            "violations": len(self.violations),
+            "examples": self.violations[:_EXAMPLES],
+            **self.figures,
+        }
+
+
+@dataclass
+class Evidence:
+    snapshot: Snapshot
+    bus: dict[str, CapturedEvent]
+    foreign_bus_messages: list[str]
+    notifications: Counter[str]
+    unreadable_notifications: list[str]
+    ledger: list[dict[str, Any]]
+    outcomes: list[OrderOutcome]
+    initial_stock: dict[str, int]
+    poison_items: list[PoisonItem]
+    malformed: list[MalformedMessage]
+    # The relay's last resort (batches older than RelayMaximumRecordAgeSeconds): empty in a chaos run.
+    relay_dlq: list[str]
+    relay_dlq_keys: list[list[tuple[str, str]]]
+    consumer_dlqs: dict[str, list[str]]  # queue logical id -> bodies
+    harness_errors: list[str]
+    # Invocations that ended with the environment dying (crash or timeout), by function: injected or not.
+    deaths: dict[str, int] = field(default_factory=dict)
+    # Where the relay parks poison records whole, and each injected poison item as the table holds it
+    # now (None: not in the table).
+    relay_poison_queue: list[str] = field(default_factory=list)
+    poison_table_items: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+
+    def lost_publish_responses(self) -> int:
+        """Publish attempts of the notifier that ended without an answer (observed, not injected)."""
+        return sum(1 for entry in self.ledger if entry["kind"] == OBSERVED_PUBLISH_RESPONSE_LOST)
+
+    def uninjected_deaths(self, function: str) -> int:
+        injected = sum(
+            1 for entry in self.ledger if entry["function"] == function and entry["kind"] in DEATH_KINDS
+        )
+        return max(0, self.deaths.get(function, 0) - injected)
+
+
+def evaluate(evidence: Evidence) -> list[Check]:
+    checks = [
+        _lost(evidence),
+        _phantom(evidence),
+        _orders_created_once(evidence),
+        _order_histories(evidence),
+        _effects_once(evidence),
+        _notifications(evidence),
+        _states_consistent(evidence),
+        _dead_letters(evidence),
+        _api_contract(evidence),
+    ]
+    harness = Check("harness", "the harness itself saw no error (capture, duplicates)")
+    for error in evidence.harness_errors:
+        harness.fail(error)
+    checks.append(harness)
+    return checks
+
+
+def _poison_keys(evidence: Evidence) -> set[tuple[str, str]]:
+    return {(p.pk, p.sk) for p in evidence.poison_items}
+
+
+def _lost(evidence: Evidence) -> Check:
+    check = Check("no_lost_events", "every outbox event of a committed change reached the bus at least once")
+    outbox = evidence.snapshot.decodable()
+    for event_id, record in outbox.items():
+        if event_id not in evidence.bus:
+            envelope = record.envelope or {}
+            check.fail(f"{envelope.get('type')} {event_id} of {envelope.get('subject')} never on the bus")
+    check.figures["lost"] = len(check.violations)
+    check.figures["outbox_events"] = len(outbox)
+    return check
+
+
+def _phantom(evidence: Evidence) -> Check:
+    check = Check(
+        "no_phantom_events", "every event on the bus is an outbox item of a committed change, as written"
+    )
+    outbox = evidence.snapshot.decodable()
+    for event_id, captured in evidence.bus.items():
+        record = outbox.get(event_id)
+        if record is None:
+            check.fail(f"{captured.detail.get('type')} {event_id} on the bus has no outbox item")
+        elif captured.detail != record.envelope:
+            check.fail(f"{event_id} on the bus differs from its outbox item")
+    for body in evidence.foreign_bus_messages:
+        check.fail(f"not a CloudEvent of this system on the bus: {body[:120]}")
+    undecodable = {(r.pk, r.sk) for r in evidence.snapshot.outbox if r.envelope is None}
+    for pk, sk in sorted(undecodable - _poison_keys(evidence)):
+        check.fail(f"undecodable outbox item that was not injected: {pk} {sk}")
+    check.figures["phantom"] = len(check.violations)
+    check.figures["bus_deliveries"] = sum(c.deliveries for c in evidence.bus.values())
+    check.figures["bus_distinct_events"] = len(evidence.bus)
+    return check
+
+
+def _orders_created_once(evidence: Evidence) -> Check:
+    check = Check(
+        "orders_created_once",
+        "one order per Idempotency-Key, whatever the retries; every 201 for a key names that order",
+    )
+    snapshot = evidence.snapshot
+    keyed: dict[str, str] = {}
+    for request_pk, order_ids in snapshot.request_orders.items():
+        if len(order_ids) != 1:
+            check.fail(f"request key {request_pk} has {len(order_ids)} records")
+        keyed[request_pk] = order_ids[0]
+    referenced = Counter(keyed.values())
+    for order_id in snapshot.orders:
+        if referenced[order_id] != 1:
+            check.fail(f"order {order_id} is named by {referenced[order_id]} Idempotency-Key records")
+    replays = 0
+    for outcome in evidence.outcomes:
+        # The driver sends no X-Local-Caller: every request is the local API's default caller.
+        request_pk = keys.request_key(local_caller_arn(), outcome.script.key)[keys.PK]["S"]
+        committed = keyed.get(request_pk)
+        if outcome.order_ids and {committed} != outcome.order_ids:
+            check.fail(
+                f"key {outcome.script.key}: answers name {sorted(outcome.order_ids)}, table has {committed}"
+            )
+        if committed is not None and committed not in snapshot.orders:
+            check.fail(f"key {outcome.script.key}: its order {committed} does not exist")
+        replays += sum(1 for a in outcome.create_answers if a.status == 201 and a.replayed)
+    check.figures["orders"] = len(snapshot.orders)
+    check.figures["idempotent_replays"] = replays
+    return check
+
+
+def _order_histories(evidence: Evidence) -> Check:
+    check = Check(
+        "one_transition_per_event",
+        "order version = number of its outbox items (sequences 1..version), a legal history, its status",
+    )
+    histories = evidence.snapshot.history("OrdersTable")
+    for order_id, order in evidence.snapshot.orders.items():
+        envelopes = histories.get(order_id, [])
+        sequences = [int(e["sequence"]) for e in envelopes]
+        types = tuple(str(e["type"]) for e in envelopes)
+        if sequences != list(range(1, int(order["version"]) + 1)):
+            check.fail(
+                f"order {order_id} version {order['version']} has outbox sequences {sequences} {types}"
+            )
+        elif ORDER_HISTORIES.get(types) != order["status"]:
+            check.fail(f"order {order_id} is {order['status']} with history {types}")
+    orphans = set(histories) - set(evidence.snapshot.orders)
+    for order_id in sorted(orphans):
+        check.fail(f"outbox items of order {order_id}, which does not exist")
+    return check
+
+
+def _effects_once(evidence: Evidence) -> Check:
+    check = Check(
+        "effects_once",
+        "each event caused at most one change; stock taken = sum of RESERVED reservations, never below 0",
+    )
+    snapshot = evidence.snapshot
+    causes = Counter(
+        str(r.envelope["causationid"])
+        for r in snapshot.outbox
+        if r.envelope is not None and r.envelope.get("causationid")
+    )
+    for cause, count in causes.items():
+        if count > 1:
+            check.fail(f"event {cause} caused {count} changes")
+    histories = snapshot.history("InventoryTable")
+    for order_id, reservation in snapshot.reservations.items():
+        envelopes = histories.get(order_id, [])
+        types = tuple(str(e["type"]) for e in envelopes)
+        sequences = [int(e["sequence"]) for e in envelopes]
+        if types not in RESERVATION_HISTORIES.get(str(reservation["status"]), set()):
+            check.fail(f"reservation {order_id} is {reservation['status']} with history {types}")
+        elif sequences != list(range(1, len(envelopes) + 1)):
+            check.fail(f"reservation {order_id} has outbox sequences {sequences}")
+    reserved: Counter[str] = Counter()
+    for reservation in snapshot.reservations.values():
+        if reservation["status"] == "RESERVED":
+            for line in reservation["lines"]:
+                reserved[str(line["sku"])] += int(line["quantity"])
+    duplicates = len(check.violations)
+    for sku, initial in sorted(evidence.initial_stock.items()):
+        remaining = snapshot.stock.get(sku)
+        if remaining is None or initial - remaining != reserved[sku]:
+            check.fail(f"{sku}: initial {initial} - remaining {remaining} != reserved {reserved[sku]}")
+        elif remaining < 0:
+            check.fail(f"{sku}: stock below zero ({remaining})")
+    check.figures["duplicate_effects"] = duplicates
+    check.figures["stock_mismatches"] = len(check.violations) - duplicates
+    check.figures["reserved_units"] = sum(reserved.values())
+    return check
+
+
+def _notifications(evidence: Evidence) -> Check:
+    check = Check(
+        "one_notification_per_event",
+        "one notification per notifiable event, plus exactly one per crash injected in the publish window",
+    )
+    window = Counter(
+        event_id
+        for entry in evidence.ledger
+        if entry["kind"] == CRASH_AFTER_PUBLISH
+        for event_id in entry.get("event_ids", [])
+    )
+    notifiable = {
+        event_id
+        for event_id, record in evidence.snapshot.decodable().items()
+        if record.table == "OrdersTable" and (record.envelope or {}).get("type") in NOTIFIABLE
+    }
+    window_duplicates = excess = missing = 0
+    excess_events: list[str] = []
+    for event_id in notifiable:
+        count = evidence.notifications.get(event_id, 0)
+        expected = 1 + window[event_id]
+        if count == 0:
+            missing += 1
+            check.fail(f"event {event_id}: no notification")
+        elif count > expected:
+            excess += count - expected
+            excess_events.append(
+                f"event {event_id}: {count} notifications, {expected} explained by injection"
+            )
+        elif count < expected:
+            check.fail(f"event {event_id}: {count} notifications after {window[event_id]} window crash(es)")
+        window_duplicates += min(count, expected) - 1 if count else 0
+    # An environment that died on its own (a timeout under load) in the same window, or a Publish whose
+    # answer was lost (the SDK retries it), repeats at most one notification: such repeats are explained
+    # by what was observed, and reported; any more fail.
+    deaths = evidence.uninjected_deaths(NOTIFIER)
+    lost_answers = evidence.lost_publish_responses()
+    natural = deaths + lost_answers
+    unexplained = max(0, excess - natural)
+    if unexplained:
+        for line in excess_events:
+            check.fail(
+                f"{line} ({deaths} uninjected death(s) of {NOTIFIER}, "
+                f"{lost_answers} lost Publish answer(s) observed)"
+            )
+    for event_id, count in evidence.notifications.items():
+        if event_id not in notifiable:
+            check.fail(
+                f"{count} notification(s) for {event_id}, not a notifiable event of a committed change"
+            )
+    for body in evidence.unreadable_notifications:
+        check.fail(f"unreadable notification: {body[:120]}")
+    check.figures.update(
+        notifiable_events=len(notifiable),
+        notifications=sum(evidence.notifications.values()),
+        window_duplicates=window_duplicates,
+        window_crashes_injected=sum(window.values()),
+        repeats_after_uninjected_deaths=excess - unexplained,
+        uninjected_notifier_deaths=deaths,
+        lost_publish_responses=lost_answers,
+        unexplained_duplicates=unexplained,
+        missing=missing,
+    )
+    return check
+
+
+def _lines(items: list[dict[str, Any]]) -> dict[str, int]:
+    totals: Counter[str] = Counter()
+    for line in items:
+        totals[str(line["sku"])] += int(line["quantity"])
+    return dict(totals)
+
+
+def _states_consistent(evidence: Evidence) -> Check:
+    check = Check(
+        "states_consistent",
+        "no order PENDING; every order's reservation agrees with its status; clients saw what happened",
+    )
+    snapshot = evidence.snapshot
+    statuses: Counter[str] = Counter()
+    for order_id, order in snapshot.orders.items():
+        status = str(order["status"])
+        statuses[status] += 1
+        reservation = snapshot.reservations.get(order_id)
+        if status == "PENDING":
+            check.fail(f"order {order_id} still PENDING")
+            continue
+        if reservation is None:
+            check.fail(f"order {order_id} ({status}) has no reservation")
+            continue
+        if reservation["status"] not in CONSISTENT[status]:
+            check.fail(f"order {order_id} is {status}, its reservation {reservation['status']}")
+        if status == "CONFIRMED" and _lines(order["lines"]) != _lines(reservation["lines"]):
+            check.fail(f"order {order_id}: reserved lines differ from ordered lines")
+        if status == "CANCELLED" and int(reservation["orderSequence"]) != int(order["version"]):
+            check.fail(f"order {order_id}: reservation saw order event {reservation['orderSequence']}")
+    for order_id in sorted(set(snapshot.reservations) - set(snapshot.orders)):
+        check.fail(f"reservation {order_id} without an order")
+    for outcome in evidence.outcomes:
+        final = outcome.cancel_final
+        if final is None or not outcome.order_ids:
+            continue
+        order = snapshot.orders.get(sorted(outcome.order_ids)[0], {})
+        if final.status == 200 and order.get("status") != "CANCELLED":
+            check.fail(f"cancel of {order.get('orderId')} answered 200, order is {order.get('status')}")
+        if final.error_code == "ILLEGAL_TRANSITION" and order.get("status") != "REJECTED":
+            check.fail(f"cancel of {order.get('orderId')} refused, order is {order.get('status')}")
+    check.figures["statuses"] = dict(sorted(statuses.items()))
+    return check
+
+
+def canonical_item(item: dict[str, Any] | None) -> str:
+    """An item in attribute-value form as canonical JSON: equal text, equal bytes attribute for attribute."""
+    return json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def parked_poison(body: str) -> dict[str, Any] | None:
+    """A relay poison queue message, decoded; None when it is not one."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("kind") != POISON_KIND:
+        return None
+    return message
+
+
+def parked_key(message: dict[str, Any]) -> tuple[str, str] | None:
+    """The outbox item key a parked poison message names (from its item, or its key when omitted)."""
+    item = message.get("item") or message.get("key")
+    if not isinstance(item, dict):
+        return None
+    pk, sk = item.get(keys.PK, {}).get("S"), item.get(keys.SK, {}).get("S")
+    return (pk, sk) if isinstance(pk, str) and isinstance(sk, str) else None
+
+
+def _dead_letters(evidence: Evidence) -> Check:
+    check = Check(
+        "dead_letters_exact",
+        "the poison queue holds each injected poison item once, whole; the relay DLQ nothing; each "
+        "consumer DLQ exactly its malformed messages",
+    )
+    poison = {(p.pk, p.sk): p for p in evidence.poison_items}
+    parked: Counter[tuple[str, str]] = Counter()
+    whole: set[tuple[str, str]] = set()  # parked with its item, equal to the table's, byte for byte
+    for body in evidence.relay_poison_queue:
+        message = parked_poison(body)
+        key = parked_key(message) if message is not None else None
+        if message is None or key is None:
+            check.fail(f"poison queue message that is not a parked outbox record: {body[:200]}")
+            continue
+        parked[key] += 1
+        injected = poison.get(key)
+        if injected is None:
+            check.fail(f"poison queue holds a record that was not injected: {key[0]} {key[1]}")
+            continue
+        if message.get("eventId") != injected.event_id:
+            check.fail(
+                f"poison {key[0]} {key[1]} parked as event {message.get('eventId')}, not {injected.event_id}"
+            )
+            continue
+        if "item" not in message:
+            check.fail(f"poison {key[0]} {key[1]} parked without its item: {message.get('itemOmitted')}")
+            continue
+        in_table = evidence.poison_table_items.get(key)
+        if in_table is None:
+            check.fail(f"poison {key[0]} {key[1]} is no longer in {injected.table}")
+        elif canonical_item(message["item"]) != canonical_item(in_table):
+            check.fail(f"poison {key[0]} {key[1]}: the parked item differs from the item in {injected.table}")
+        else:
+            whole.add(key)
+    for key, count in sorted(parked.items()):
+        if count > 1 and key in poison:
+            check.fail(f"poison {key[0]} {key[1]} parked {count} times")
+    for pk, sk in sorted(set(poison) - set(parked)):
+        check.fail(f"poison outbox item {pk} {sk} is not in the poison queue")
+    for body, batch_keys in zip(evidence.relay_dlq, evidence.relay_dlq_keys, strict=True):
+        covers = f"covering {len(batch_keys)} outbox record(s), e.g. {sorted(batch_keys)[:3]}"
+        check.fail(f"the relay DLQ must stay empty; it holds a batch {covers}: {body[:160]}")
+    expected: dict[str, set[str]] = defaultdict(set)
+    for malformed in evidence.malformed:
+        expected[malformed.queue].add(malformed.body)
+    for queue in sorted(set(expected) | set(evidence.consumer_dlqs)):
+        found = Counter(evidence.consumer_dlqs.get(queue, []))
+        for body, count in found.items():
+            if body not in expected[queue]:
+                check.fail(f"{queue} DLQ holds a message that was not injected: {body[:160]}")
+            elif count > 1:
+                check.fail(f"{queue} DLQ holds a malformed message {count} times")
+        for body in expected[queue] - set(found):
+            check.fail(f"{queue} DLQ lacks the malformed message {body[:80]}")
+    check.figures["poison_queue_messages"] = len(evidence.relay_poison_queue)
+    # Injected poison items parked exactly once, whole and equal to the table's item.
+    check.figures["poison_parked_whole"] = sum(1 for k in whole if parked[k] == 1)
+    check.figures["poison_outbox_items"] = len(poison)
+    check.figures["relay_dlq_messages"] = len(evidence.relay_dlq)
+    check.figures["consumer_dlq_messages"] = {q: len(b) for q, b in sorted(evidence.consumer_dlqs.items())}
+    check.figures["malformed_messages"] = len(evidence.malformed)
+    return check
+
+
+def _api_contract(evidence: Evidence) -> Check:
+    check = Check(
+        "api_contract",
+        "every request answered within the retry budget; no 5xx but 503; every 4xx with the error body",
+    )
+    for outcome in evidence.outcomes:
+        for answer in outcome.create_answers + outcome.cancel_answers:
+            if answer.problem:
+                check.fail(f"order #{outcome.script.index}: {answer.problem}")
+        if not outcome.created:
+            check.fail(f"order #{outcome.script.index} never got a 201 within the retry budget")
+        final = outcome.cancel_final
+        if outcome.script.cancel and outcome.created and (final is None or final.status not in {200, 409}):
+            check.fail(f"cancel of order #{outcome.script.index} never got a final answer")
+        if final is not None and final.status == 409 and final.error_code != "ILLEGAL_TRANSITION":
+            check.fail(f"cancel of order #{outcome.script.index} ended with {final.error_code}")
+    return check

@@ -1,0 +1,500 @@
+"""Fault injection inside a function's worker process, loaded through LOCAL_WORKER_PRELOAD.
+
+Configured by the CHAOS_PLAN environment variable (chaos.plan.Plan as JSON). It wraps botocore's
+BaseClient._make_api_call, through which every AWS call of the function passes, and in consumers it
+observes Powertools' batch processor to know which message is being handled. The function's code has
+no branch for it: without CHAOS_PLAN (or for a function the plan does not name) nothing is wrapped.
+
+Where faults go (per role of the function):
+    api       TransactWriteItems: ThrottlingException or a TransactionConflict cancellation before the
+              call; or the call commits and the worker then sleeps past the client's HTTP timeout; or a
+              cancel decided on a PENDING order is held (a latency spike) until the order has moved on,
+              then written: a stale write that the version condition must refuse.
+    relay     PutEvents: ThrottlingException, an InternalException, a lost response (the call landed,
+              then a read timeout), per-entry InternalFailure for some entries (once, or for every
+              retry of the invocation so the relay checkpoints), or a crash after the call succeeded.
+    consumer  the business write (TransactWriteItems on a business table) or, for the notifier, the
+              SNS Publish: a crash before it, a timeout before it (an IN_PROGRESS idempotency record
+              left by a dead consumer), a crash after it (before the idempotency record completes);
+              and a crash after Powertools completed the record (before the message is deleted).
+
+A crash raises ChaosCrash, a BaseException: nothing in the function catches it, the worker process
+dies, and the event source redelivers. Decisions come from random.Random(seed|function|incarnation);
+caps and "one fault per event id per function" are shared by the function's incarnations through a
+state file under flock, and a consumer crash never brings any message of its batch closer than two
+receives to the queue's maxReceiveCount, so the pipeline always converges. Every fault is a line in
+the ledger.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from botocore.client import BaseClient
+from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+
+from tools.chaos.ledger import Ledger
+from tools.chaos.plan import (
+    API,
+    API_CONFLICT,
+    API_KINDS,
+    API_STALE_CANCEL,
+    API_THROTTLE,
+    CONSUMER,
+    CONSUMER_TIMEOUT,
+    CRASH_AFTER_COMPLETE,
+    CRASH_AFTER_PUBLISH,
+    CRASH_AFTER_WRITE,
+    CRASH_BEFORE_WRITE,
+    NOTIFIER,
+    OBSERVED_PUBLISH_RESPONSE_LOST,
+    PLAN_ENV,
+    RELAY,
+    RELAY_CALL_ERROR,
+    RELAY_ENTRY_FAILURES,
+    RELAY_ENTRY_FAILURES_PERSISTENT,
+    RELAY_KINDS,
+    RELAY_LOST_RESPONSE,
+    RELAY_THROTTLE,
+    FunctionPlan,
+    Plan,
+    seeded_rng,
+)
+
+ApiCall = Callable[[BaseClient, str, dict[str, Any]], Any]
+
+# The publisher tries an entry at most 6 times per invocation; failing it that often makes it checkpoint.
+_PERSISTENT_FAILURES = 6
+_MAX_FAILED_ENTRIES = 3
+# A stale cancel waits at most this long for the order to change under it.
+_STALE_HOLD_SECONDS = 4.0
+_STALE_POLL_SECONDS = 0.05
+
+
+class ChaosCrash(BaseException):
+    """The process dies here (a crash, an out-of-memory kill): not an Exception, so nothing catches it."""
+
+
+def _client_error(code: str, message: str, operation: str, status: int = 400, **extra: Any) -> ClientError:
+    response: dict[str, Any] = {
+        "Error": {"Code": code, "Message": f"chaos: {message}"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+        **extra,
+    }
+    return ClientError(response, operation)  # type: ignore[arg-type]
+
+
+class FunctionState:
+    """Counters and faulted ids of one function, shared by all its incarnations (a JSON file under flock)."""
+
+    def __init__(self, directory: Path, function: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._path = directory / f"{function}.json"
+        self._lock_path = directory / f"{function}.lock"
+
+    @contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        with self._lock_path.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                state: dict[str, Any] = (
+                    json.loads(self._path.read_text())
+                    if self._path.exists()
+                    else {"incarnations": 0, "counts": {}, "faulted": []}
+                )
+                yield state
+                temporary = self._path.with_suffix(".tmp")
+                temporary.write_text(json.dumps(state))
+                temporary.replace(self._path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def new_incarnation(self) -> int:
+        with self._locked() as state:
+            state["incarnations"] += 1
+            return int(state["incarnations"])
+
+    def counts(self) -> dict[str, int]:
+        with self._locked() as state:
+            return dict(state["counts"])
+
+    def claim(self, kind: str, ids: list[str], cap: int) -> bool:
+        """Reserve one fault of `kind` on `ids`: refused past the cap or if any id was faulted before."""
+        with self._locked() as state:
+            counts: dict[str, int] = state["counts"]
+            faulted = set(state["faulted"])
+            if counts.get(kind, 0) >= cap or faulted.intersection(ids):
+                return False
+            counts[kind] = counts.get(kind, 0) + 1
+            state["faulted"].extend(ids)
+            return True
+
+
+def _detail_id(body: Any) -> str | None:
+    """The CloudEvent id of an SQS body holding an EventBridge event, None when malformed."""
+    try:
+        document = json.loads(body)
+    except (TypeError, ValueError):
+        return None
+    detail = document.get("detail") if isinstance(document, dict) else None
+    event_id = detail.get("id") if isinstance(detail, dict) else None
+    return event_id if isinstance(event_id, str) else None
+
+
+def _cancel_from_pending(params: dict[str, Any], puts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """For a cancel decided on a PENDING order (its event is sequence 2): the read of that order."""
+    cancels = [i for i in puts if i.get("eventType", {}).get("S") == "OrderCancelled" and "sequence" in i]
+    if len(cancels) != 1 or cancels[0]["sequence"] != {"N": "2"}:
+        return None
+    updates = [action["Update"] for action in params["TransactItems"] if "Update" in action]
+    if len(updates) != 1:
+        return None
+    # The order item: the version the cancel was decided on is the one before its event's sequence.
+    return {"TableName": updates[0]["TableName"], "Key": updates[0]["Key"], "version": {"N": "1"}}
+
+
+def _envelope_id(detail: Any) -> str:
+    """The CloudEvent id of a PutEvents entry's Detail (the envelope itself)."""
+    try:
+        envelope = json.loads(detail)
+    except (TypeError, ValueError):
+        return f"undecodable:{hash(detail)}"
+    event_id = envelope.get("id") if isinstance(envelope, dict) else None
+    return event_id if isinstance(event_id, str) else f"undecodable:{hash(detail)}"
+
+
+class BatchTracker:
+    """Which SQS batch, and which message of it, the consumer is handling (Powertools' batch processor)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.current: Any = None
+
+    def install(self) -> None:
+        from aws_lambda_powertools.utilities.batch.base import BasePartialProcessor
+
+        tracker = self
+        original = BasePartialProcessor.__call__
+
+        def tracked_call(
+            processor: BasePartialProcessor, records: list[dict[str, Any]], handler: Any, *args: Any
+        ) -> Any:
+            tracker.records = list(records)
+
+            @functools.wraps(handler)
+            def tracked_handler(*h_args: Any, **h_kwargs: Any) -> Any:
+                tracker.current = h_kwargs.get("record", h_args[0] if h_args else None)
+                try:
+                    return handler(*h_args, **h_kwargs)
+                finally:
+                    tracker.current = None
+
+            return original(processor, records, tracked_handler, *args)
+
+        setattr(BasePartialProcessor, "__call__", tracked_call)  # noqa: B010 - patching a dunder
+
+    def current_ids(self) -> tuple[str | None, str | None]:
+        """(event id, message id) of the message being handled."""
+        record = self.current
+        if record is None:
+            return None, None
+        body = getattr(record, "body", None)
+        return _detail_id(body), getattr(record, "message_id", None)
+
+    def receive_counts(self) -> list[int]:
+        """ApproximateReceiveCount of each well-formed message of the batch (malformed ones die anyway)."""
+        counts = []
+        for record in self.records:
+            if _detail_id(record.get("body")) is None:
+                continue
+            counts.append(int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1")))
+        return counts
+
+
+class Injector:
+    def __init__(self, plan: Plan, function: str, spec: FunctionPlan) -> None:
+        self.plan = plan
+        self.function = function
+        self.spec = spec
+        self.ledger = Ledger(plan.ledger)
+        self.state = FunctionState(Path(plan.state_dir), function)
+        self.incarnation = self.state.new_incarnation()
+        self.rng = seeded_rng(plan.seed, function, self.incarnation)
+        self.batch = BatchTracker() if spec.role in {CONSUMER, NOTIFIER} else None
+        self._satisfied: set[str] = set()  # kinds with `ensure` known to have happened
+        self._persistent: dict[str, int] = {}  # event id -> failures still to inject in this process
+
+    # --- decisions ------------------------------------------------------------------------------
+    def _pick(self, candidates: tuple[str, ...]) -> str | None:
+        kinds = [kind for kind in candidates if kind in self.spec.faults]
+        if not kinds:
+            return None
+        draw = self.rng.random()
+        pending = [k for k in kinds if self.spec.faults[k].ensure and k not in self._satisfied]
+        if pending:
+            counts = self.state.counts()
+            self._satisfied.update(k for k in pending if counts.get(k, 0) > 0)
+            pending = [k for k in pending if k not in self._satisfied]
+        if pending:
+            return pending[0]
+        threshold = 0.0
+        for kind in kinds:
+            threshold += self.spec.faults[kind].probability
+            if draw < threshold:
+                return kind
+        return None
+
+    def _claim(self, kind: str, ids: list[str]) -> bool:
+        if not self.state.claim(kind, ids, self.spec.faults[kind].cap):
+            return False
+        self._satisfied.add(kind)
+        return True
+
+    def _record(self, kind: str, operation: str, **details: Any) -> None:
+        self.ledger.append(kind, self.function, operation, incarnation=self.incarnation, **details)
+
+    # --- dispatch -------------------------------------------------------------------------------
+    def call(self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        service = client.meta.service_model.service_name
+        role = self.spec.role
+        if role == API and service == "dynamodb" and operation == "TransactWriteItems":
+            return self._api(original, client, operation, params)
+        if role == RELAY and service == "events" and operation == "PutEvents":
+            return self._relay(original, client, operation, params)
+        if role == CONSUMER and service == "dynamodb" and operation == "TransactWriteItems":
+            tables = {next(iter(action.values())).get("TableName") for action in params["TransactItems"]}
+            if tables & set(self.plan.business_tables):
+                return self._effect(original, client, operation, params, CRASH_AFTER_WRITE)
+        if role == NOTIFIER and service == "sns" and operation == "Publish":
+            self._watch_lost_responses(client)
+            return self._effect(original, client, operation, params, CRASH_AFTER_PUBLISH)
+        if (
+            role in {CONSUMER, NOTIFIER}
+            and service == "dynamodb"
+            and operation == "UpdateItem"
+            and params.get("TableName") == self.plan.idempotency_table
+            and {"S": "COMPLETED"} in (params.get("ExpressionAttributeValues") or {}).values()
+        ):
+            return self._completion(original, client, operation, params)
+        return original(client, operation, params)
+
+    def _watch_lost_responses(self, client: BaseClient) -> None:
+        """Record each Publish attempt that ended without a response (the SDK then retries it)."""
+        if getattr(client, "_chaos_watched", False):
+            return
+        setattr(client, "_chaos_watched", True)  # noqa: B010 - a mark on a botocore client
+
+        def on_attempt_end(caught_exception: Exception | None = None, **_: Any) -> None:
+            # Sent, maybe received, no answer (a refused connection sent nothing: not counted).
+            if isinstance(caught_exception, (ReadTimeoutError, ConnectionClosedError)):
+                event_id, message_id = self.batch.current_ids() if self.batch else (None, None)
+                self._record(
+                    OBSERVED_PUBLISH_RESPONSE_LOST,
+                    "Publish",
+                    event_ids=[event_id] if event_id else [],
+                    message_id=message_id,
+                    error=type(caught_exception).__name__,
+                )
+
+        client.meta.events.register_first("needs-retry.sns.Publish", on_attempt_end)
+
+    # --- the order API --------------------------------------------------------------------------
+    def _api(self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        puts = [action["Put"]["Item"] for action in params["TransactItems"] if "Put" in action]
+        event_ids = [item["eventId"]["S"] for item in puts if "eventId" in item]
+        order_ids = sorted({item["aggregateId"]["S"] for item in puts if "aggregateId" in item})
+        request_keys = [
+            item["PK"]["S"] for item in puts if item.get("entityType", {}).get("S") == "RequestKey"
+        ]
+        # A create is retried under its Idempotency-Key (a new order id each time); a cancel under its event.
+        identity = request_keys or event_ids
+        candidates: tuple[str, ...] = API_KINDS
+        cancel_from_pending = _cancel_from_pending(params, puts)
+        if cancel_from_pending is not None:
+            candidates = (API_STALE_CANCEL, *API_KINDS)
+        kind = self._pick(candidates)
+        if kind == API_STALE_CANCEL:
+            identity = [f"stale-cancel:{order_id}" for order_id in order_ids]
+        if kind is None or not self._claim(kind, identity):
+            return original(client, operation, params)
+        details = {"event_ids": event_ids, "order_ids": order_ids}
+        if kind == API_THROTTLE:
+            self._record(kind, operation, **details)
+            raise _client_error("ThrottlingException", "rate of requests exceeded", operation)
+        if kind == API_CONFLICT:
+            self._record(kind, operation, **details)
+            reasons = [{"Code": "TransactionConflict", "Message": "chaos: transaction is ongoing"}] + [
+                {"Code": "None"} for _ in params["TransactItems"][1:]
+            ]
+            raise _client_error(
+                "TransactionCanceledException",
+                "Transaction cancelled [TransactionConflict]",
+                operation,
+                CancellationReasons=reasons,
+            )
+        if kind == API_STALE_CANCEL:
+            assert cancel_from_pending is not None
+            began = time.monotonic()
+            raced = self._hold_until_changed(original, client, cancel_from_pending)
+            held = round(time.monotonic() - began, 2)
+            self._record(kind, operation, raced=raced, held_seconds=held, **details)
+            return original(client, operation, params)
+        result = original(client, operation, params)
+        pause = self.plan.client_timeout_seconds + 1.0
+        self._record(kind, operation, sleep_seconds=pause, **details)
+        time.sleep(pause)  # committed; the client gives up first and retries with the same key
+        return result
+
+    @staticmethod
+    def _hold_until_changed(original: ApiCall, client: BaseClient, order: dict[str, Any]) -> bool:
+        """Wait until the order's version is no longer the one the cancel was decided on (bounded)."""
+        expected = order["version"]
+        read = {"TableName": order["TableName"], "Key": order["Key"], "ConsistentRead": True}
+        deadline = time.monotonic() + _STALE_HOLD_SECONDS
+        while time.monotonic() < deadline:
+            item = original(client, "GetItem", read).get("Item") or {}
+            if item.get("version") != expected:
+                return True
+            time.sleep(_STALE_POLL_SECONDS)
+        return False
+
+    # --- the relay ------------------------------------------------------------------------------
+    def _relay(self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        entries: list[dict[str, Any]] = list(params["Entries"])
+        ids = [_envelope_id(entry.get("Detail")) for entry in entries]
+        repeat = [position for position, event_id in enumerate(ids) if self._persistent.get(event_id, 0) > 0]
+        if repeat:
+            for position in repeat:
+                self._persistent[ids[position]] -= 1
+            return self._fail_entries(original, client, operation, params, set(repeat))
+        kind = self._pick(RELAY_KINDS)
+        if kind is None:
+            return original(client, operation, params)
+        if kind in {RELAY_ENTRY_FAILURES, RELAY_ENTRY_FAILURES_PERSISTENT}:
+            limit = 1 if kind == RELAY_ENTRY_FAILURES_PERSISTENT else min(_MAX_FAILED_ENTRIES, len(entries))
+            positions = set(self.rng.sample(range(len(entries)), self.rng.randint(1, limit)))
+            chosen = [ids[p] for p in sorted(positions)]
+            if not self._claim(kind, chosen):
+                return original(client, operation, params)
+            self._record(kind, operation, event_ids=chosen, entries_in_call=len(entries))
+            if kind == RELAY_ENTRY_FAILURES_PERSISTENT:
+                self._persistent[chosen[0]] = _PERSISTENT_FAILURES - 1
+            return self._fail_entries(original, client, operation, params, positions)
+        if not self._claim(kind, ids):
+            return original(client, operation, params)
+        if kind == RELAY_THROTTLE:
+            self._record(kind, operation, event_ids=ids)
+            raise _client_error("ThrottlingException", "rate exceeded", operation)
+        if kind == RELAY_CALL_ERROR:
+            self._record(kind, operation, event_ids=ids)
+            raise _client_error("InternalException", "internal error", operation, status=500)
+        result = original(client, operation, params)
+        self._record(kind, operation, event_ids=ids, failed_entry_count=result.get("FailedEntryCount", 0))
+        if kind == RELAY_LOST_RESPONSE:
+            raise ReadTimeoutError(endpoint_url=client.meta.endpoint_url)
+        raise ChaosCrash(f"chaos: {self.function} dies after PutEvents succeeded")
+
+    @staticmethod
+    def _fail_entries(
+        original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any], failing: set[int]
+    ) -> Any:
+        """Send only the other entries; answer the failing ones with InternalFailure, in request order."""
+        entries = params["Entries"]
+        kept = [entry for position, entry in enumerate(entries) if position not in failing]
+        response: dict[str, Any] = (
+            original(client, operation, {**params, "Entries": kept})
+            if kept
+            else {"FailedEntryCount": 0, "Entries": [], "ResponseMetadata": {"HTTPStatusCode": 200}}
+        )
+        real = iter(response["Entries"])
+        merged = [
+            {"ErrorCode": "InternalFailure", "ErrorMessage": "chaos: injected entry failure"}
+            if position in failing
+            else next(real)
+            for position in range(len(entries))
+        ]
+        failed = int(response.get("FailedEntryCount", 0)) + len(failing)
+        return {**response, "FailedEntryCount": failed, "Entries": merged}
+
+    # --- consumers ------------------------------------------------------------------------------
+    def _may_fail_batch(self) -> tuple[str, str | None] | None:
+        """The current message's ids when failing its whole batch keeps every message off the DLQ."""
+        assert self.batch is not None
+        event_id, message_id = self.batch.current_ids()
+        if event_id is None:
+            return None
+        if any(count > self.plan.max_receive_count - 2 for count in self.batch.receive_counts()):
+            return None
+        return event_id, message_id
+
+    def _effect(
+        self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any], after: str
+    ) -> Any:
+        ids = self._may_fail_batch()
+        if ids is None:
+            return original(client, operation, params)
+        event_id, message_id = ids
+        kind = self._pick((CRASH_BEFORE_WRITE, CONSUMER_TIMEOUT, after))
+        if kind is None or not self._claim(kind, [event_id]):
+            return original(client, operation, params)
+        details = {"event_ids": [event_id], "message_id": message_id}
+        if kind == CRASH_BEFORE_WRITE:
+            self._record(kind, operation, **details)
+            raise ChaosCrash(f"chaos: {self.function} dies before {operation}")
+        if kind == CONSUMER_TIMEOUT:
+            pause = self.spec.timeout_seconds + 5.0
+            self._record(kind, operation, sleep_seconds=pause, **details)
+            time.sleep(pause)  # the runtime ends the invocation at its deadline; the record stays IN_PROGRESS
+            return original(client, operation, params)
+        original(client, operation, params)
+        self._record(kind, operation, **details)
+        raise ChaosCrash(f"chaos: {self.function} dies after {operation}")
+
+    def _completion(
+        self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]
+    ) -> Any:
+        ids = self._may_fail_batch()
+        if ids is None:
+            return original(client, operation, params)
+        event_id, message_id = ids
+        kind = self._pick((CRASH_AFTER_COMPLETE,))
+        if kind is None or not self._claim(kind, [event_id]):
+            return original(client, operation, params)
+        original(client, operation, params)
+        self._record(kind, operation, event_ids=[event_id], message_id=message_id)
+        raise ChaosCrash(f"chaos: {self.function} dies after its idempotency record completed")
+
+
+def install(environ: dict[str, str] | None = None) -> Injector | None:
+    """Wrap botocore for this function if the plan names it; None (nothing wrapped) otherwise."""
+    env = dict(os.environ) if environ is None else environ
+    raw = env.get(PLAN_ENV)
+    if not raw:
+        return None
+    plan = Plan.from_json(raw)
+    function = env.get("AWS_LAMBDA_FUNCTION_NAME", "").removeprefix(f"{plan.stack_name}-")
+    spec = plan.functions.get(function)
+    if spec is None:
+        return None
+    injector = Injector(plan, function, spec)
+    original: ApiCall = getattr(BaseClient, "_make_api_call")  # noqa: B009 - a private method, on purpose
+
+    @functools.wraps(original)
+    def make_api_call(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        return injector.call(original, client, operation, params)
+
+    setattr(BaseClient, "_make_api_call", make_api_call)  # noqa: B010 - the seam, on purpose
+    if injector.batch is not None:
+        injector.batch.install()
+    return injector
+
+
+INJECTOR = install()

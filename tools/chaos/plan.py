@@ -1,0 +1,122 @@
+"""The fault plan: what the harness hands every function worker (CHAOS_PLAN, JSON) and reads back.
+
+A plan names, per function (logical id), the fault kinds to inject with a probability per opportunity,
+a cap (so the pipeline always converges) and whether the first opportunity must inject (so a small run
+still covers every kind). Decisions are drawn from random.Random(seed|function|incarnation).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PLAN_ENV = "CHAOS_PLAN"
+
+# Roles of the functions, by what their calls look like.
+API, RELAY, CONSUMER, NOTIFIER = "api", "relay", "consumer", "notifier"
+
+# Fault kinds injected inside the function workers (tools/chaos/faults.py), by the call they hook.
+API_THROTTLE = "api.throttle"
+API_CONFLICT = "api.transaction_conflict"
+API_TIMEOUT_AFTER_COMMIT = "api.timeout_after_commit"
+API_STALE_CANCEL = "api.stale_cancel"
+RELAY_THROTTLE = "relay.throttle"
+RELAY_CALL_ERROR = "relay.call_error"
+RELAY_LOST_RESPONSE = "relay.lost_response"
+RELAY_ENTRY_FAILURES = "relay.entry_failures"
+RELAY_ENTRY_FAILURES_PERSISTENT = "relay.entry_failures_persistent"
+RELAY_CRASH_AFTER_PUT = "relay.crash_after_put"
+CRASH_BEFORE_WRITE = "consumer.crash_before_write"
+CRASH_AFTER_WRITE = "consumer.crash_after_write"
+CRASH_AFTER_COMPLETE = "consumer.crash_after_complete"
+CONSUMER_TIMEOUT = "consumer.timeout"
+CRASH_AFTER_PUBLISH = "notification.crash_after_publish"
+# Not injected: observed. A Publish whose response was lost (the SDK retries it, or the message is
+# retried) may have reached the topic: the same window as CRASH_AFTER_PUBLISH, opened by the machine.
+OBSERVED_PUBLISH_RESPONSE_LOST = "observed.publish_response_lost"
+# Injected by the harness (parent process).
+BUS_DUPLICATE = "bus.duplicate"
+POISON_OUTBOX_ITEM = "poison.outbox_item"
+POISON_MESSAGE = "poison.malformed_message"
+
+# The kinds each hook picks among (tools/chaos/faults.py), and every kind a worker can inject.
+API_KINDS = (API_THROTTLE, API_CONFLICT, API_TIMEOUT_AFTER_COMMIT)
+RELAY_KINDS = (
+    RELAY_THROTTLE,
+    RELAY_CALL_ERROR,
+    RELAY_LOST_RESPONSE,
+    RELAY_ENTRY_FAILURES,
+    RELAY_ENTRY_FAILURES_PERSISTENT,
+    RELAY_CRASH_AFTER_PUT,
+)
+WORKER_KINDS = (
+    *API_KINDS,
+    API_STALE_CANCEL,
+    *RELAY_KINDS,
+    CRASH_BEFORE_WRITE,
+    CRASH_AFTER_WRITE,
+    CRASH_AFTER_COMPLETE,
+    CONSUMER_TIMEOUT,
+    CRASH_AFTER_PUBLISH,
+)
+HARNESS_KINDS = (BUS_DUPLICATE, POISON_OUTBOX_ITEM, POISON_MESSAGE)
+
+
+def seeded_rng(*parts: object) -> random.Random:
+    """A generator for reproducible fault decisions (not for anything secret)."""
+    return random.Random("|".join(str(p) for p in parts))  # noqa: S311 - reproducibility, not security
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    probability: float  # per opportunity
+    cap: int  # at most this many in the whole run (all incarnations of the function)
+    ensure: bool = True  # inject at the first eligible opportunity, whatever the draw
+
+
+@dataclass(frozen=True)
+class FunctionPlan:
+    role: str
+    timeout_seconds: float
+    faults: dict[str, FaultSpec] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    stack_name: str
+    ledger: str  # JSON lines, one per injected fault (workers and harness append)
+    state_dir: str  # per-function counters and faulted ids, shared by the incarnations of a function
+    max_receive_count: int  # of the consumer queues: a crash never pushes a message to its last receive
+    client_timeout_seconds: float  # of the harness's HTTP client
+    idempotency_table: str
+    business_tables: tuple[str, ...]
+    functions: dict[str, FunctionPlan] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        raw: dict[str, Any] = json.loads(text)
+        functions = {
+            name: FunctionPlan(
+                role=str(spec["role"]),
+                timeout_seconds=float(spec["timeout_seconds"]),
+                faults={kind: FaultSpec(**fault) for kind, fault in spec["faults"].items()},
+            )
+            for name, spec in raw["functions"].items()
+        }
+        return cls(
+            seed=int(raw["seed"]),
+            stack_name=str(raw["stack_name"]),
+            ledger=str(raw["ledger"]),
+            state_dir=str(raw["state_dir"]),
+            max_receive_count=int(raw["max_receive_count"]),
+            client_timeout_seconds=float(raw["client_timeout_seconds"]),
+            idempotency_table=str(raw["idempotency_table"]),
+            business_tables=tuple(raw["business_tables"]),
+            functions=functions,
+        )

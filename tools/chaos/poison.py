@@ -1,0 +1,111 @@
+"""Poison pills on purpose: undecodable outbox items in the tables, malformed messages on consumer queues.
+
+An outbox item is written straight into a table (keys from shop.keys, like any outbox item), so its
+stream record reaches the relay, which cannot decode it: the relay parks it whole in its poison queue
+and moves on (the relay dead-letter queue stays empty). A malformed message is sent straight to a
+consumer's queue: it fails on every receive and SQS moves it to the consumer's dead-letter queue.
+Each is written to the ledger, and the checks expect exactly these in the poison and dead-letter queues.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shop import keys
+from shop.outbox import ENVELOPE
+from tools.chaos.ledger import Ledger
+from tools.local.stack import LocalStack
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+NOT_JSON, INVALID_ENVELOPE, NO_ENVELOPE = "not-json", "invalid-envelope", "no-envelope"
+NOT_A_CLOUDEVENT = "not-a-cloudevent"
+
+
+@dataclass(frozen=True)
+class PoisonItem:
+    table: str  # logical id
+    pk: str
+    sk: str
+    event_id: str
+    variant: str
+
+
+@dataclass(frozen=True)
+class MalformedMessage:
+    queue: str  # logical id
+    function: str
+    marker: str
+    body: str
+    variant: str
+
+
+def _envelope(variant: str, event_id: str) -> dict[str, Any]:
+    if variant == NOT_JSON:
+        return {ENVELOPE: {"S": '{"specversion": "1.0", "id": "' + event_id + '", chaos: not JSON'}}
+    if variant == INVALID_ENVELOPE:
+        # JSON, but not a CloudEvent of this system: no sequence, no subject, no data.
+        return {ENVELOPE: {"S": json.dumps({"specversion": "1.0", "id": event_id, "type": "OrderCreated"})}}
+    return {}  # NO_ENVELOPE
+
+
+def write_poison_item(
+    dynamodb: DynamoDBClient, stack: LocalStack, ledger: Ledger, table: str, variant: str
+) -> PoisonItem:
+    """An outbox item of an aggregate that does not exist, which the relay cannot decode."""
+    event_id = str(uuid.uuid4())
+    aggregate = f"chaos-poison-{uuid.uuid4().hex[:12]}"
+    partition = (
+        keys.reservation_partition(aggregate)
+        if table == "InventoryTable"
+        else keys.order_partition(aggregate)
+    )
+    key = keys.outbox_key(partition, 1, event_id)
+    item: dict[str, Any] = {
+        **key,
+        **_envelope(variant, event_id),
+        "eventId": {"S": event_id},
+        "eventType": {"S": "OrderCreated"},
+        "aggregateId": {"S": aggregate},
+        "sequence": {"N": "1"},
+    }
+    dynamodb.put_item(TableName=stack.template.physical_name(table), Item=item)
+    poison = PoisonItem(table, key[keys.PK]["S"], key[keys.SK]["S"], event_id, variant)
+    ledger.append(
+        "poison.outbox_item",
+        "OutboxRelayFunction",
+        "PutItem",
+        table=table,
+        event_ids=[event_id],
+        variant=variant,
+    )
+    return poison
+
+
+def send_malformed_message(
+    stack: LocalStack, ledger: Ledger, queue: str, function: str, variant: str
+) -> MalformedMessage:
+    marker = f"chaos-malformed-{uuid.uuid4().hex[:12]}"
+    if variant == NOT_JSON:
+        body = f"{marker}: this is not JSON {{"
+    else:
+        # An EventBridge event whose detail is not a CloudEvent (no id, no sequence, no data).
+        body = json.dumps(
+            {
+                "version": "0",
+                "id": marker,
+                "detail-type": "OrderCreated",
+                "source": "shop.orders",
+                "chaosMarker": marker,
+                "detail": {"specversion": "1.0", "type": "OrderCreated"},
+            }
+        )
+    stack.clients.sqs().send_message(QueueUrl=stack.queue_url(queue), MessageBody=body)
+    ledger.append(
+        "poison.malformed_message", function, "SendMessage", queue=queue, marker=marker, variant=variant
+    )
+    return MalformedMessage(queue, function, marker, body, variant)

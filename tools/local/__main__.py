@@ -1,0 +1,120 @@
+"""`python -m tools.local`: run the local stack.
+`python -m tools.local invoke FUNCTION EVENT`: run one function.
+
+Settings come from the environment, as the Makefile passes them:
+    PORT=3000          API port (0: any free port)
+    PERSIST=1          keep DynamoDB data in .local-data/dynamodb between runs
+    DYNAMODB_PORT, MOTO_PORT   fixed service ports (default: any free port)
+    LOGS=1             also print the functions' own log lines
+    FRESH_WORKERS=1    start each function in a fresh interpreter instead of forking the fork server
+    LOCAL_MAX_CONCURRENCY=4   execution environments per function (unless the template reserves some)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from tools.local.console import Console
+from tools.local.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
+from tools.local.invoke import invoke, write_state
+from tools.local.processes import StartupError
+from tools.local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
+from tools.local.summary import startup_summary
+from tools.local.template import TemplateError
+
+STATE_FILE = DEFAULT_DATA_DIR / "stack.json"
+_WATCH_SECONDS = 0.5
+
+
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise SystemExit(f"error: {name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise SystemExit(f"error: {name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _options() -> StackOptions:
+    return StackOptions(
+        api_port=_env_int("PORT", 3000),
+        dynamodb_port=_env_int("DYNAMODB_PORT", 0),
+        moto_port=_env_int("MOTO_PORT", 0),
+        persist=os.environ.get("PERSIST", "") not in {"", "0"},
+        echo_function_logs=os.environ.get("LOGS", "") not in {"", "0"},
+        fork_server=os.environ.get("FRESH_WORKERS", "") in {"", "0"},
+        max_concurrency=_env_int(MAX_CONCURRENCY_VARIABLE, DEFAULT_MAX_CONCURRENCY, minimum=1),
+    )
+
+
+def _raise_exit(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run() -> int:
+    console = Console()
+    stack = LocalStack(options=_options(), console=console)
+    # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (e.g. from a script with &);
+    # SIGTERM and SIGHUP unwind the same way, so the finally below stops every child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGHUP, _raise_exit)
+    console.print("starting the local stack (DynamoDB Local, moto, functions) …")
+    try:
+        stack.start()
+    except (StartupError, TemplateError) as exc:
+        console.print(console.paint(f"error: {exc}", "\033[31m"))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    try:
+        return _serve(stack, console)
+    finally:
+        console.print("stopping …")
+        STATE_FILE.unlink(missing_ok=True)
+        stack.stop()
+        console.print("stopped.")
+
+
+def _serve(stack: LocalStack, console: Console) -> int:
+    """Show the summary, then watch the services until Ctrl-C (0) or a service dies (1)."""
+    for line in startup_summary(stack, console):
+        console.print(line)
+    write_state(stack, STATE_FILE)
+    try:
+        while stack.services.alive():
+            time.sleep(_WATCH_SECONDS)
+    except KeyboardInterrupt:
+        return 0
+    died = "error: a local service exited unexpectedly; see .local-data/logs"
+    console.print(console.paint(died, "\033[31m"))
+    return 1
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.local", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("run", help="run the whole stack (the default)")
+    invoke_parser = commands.add_parser("invoke", help="run one function with an event file")
+    invoke_parser.add_argument("function", help="logical id of the function in template.yaml")
+    invoke_parser.add_argument("event", type=Path, help="JSON event file, e.g. events/api_create_order.json")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "invoke":
+            return invoke(args.function, args.event, STATE_FILE)
+        return run()
+    except (StartupError, TemplateError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

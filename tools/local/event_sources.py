@@ -1,0 +1,212 @@
+"""Event sources of the template's functions, read into typed settings with Lambda's defaults.
+
+SAM function Events of type DynamoDB, SQS and Api are emulated, as are AWS::Lambda::EventSourceMapping
+resources over the template's own streams and queues. Everything else is listed as not emulated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.local.patterns import PatternError, parse_pattern
+from tools.local.template import Template, TemplateError
+
+IMPLICIT_API = "ServerlessRestApi"
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    function: str
+    name: str
+    table: str
+    starting_position: str = "TRIM_HORIZON"
+    batch_size: int = 100
+    batching_window_seconds: float = 0.0
+    filters: tuple[dict[str, Any], ...] = ()
+    report_batch_item_failures: bool = False
+    maximum_retry_attempts: int = -1  # -1: until the record expires
+    bisect_on_error: bool = False
+    maximum_record_age_seconds: int = -1
+    on_failure_arn: str | None = None
+    enabled: bool = True
+    # Batches of one shard processed at once, each item's records still in order (see stream_poller).
+    parallelization_factor: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.function}.{self.name}"
+
+
+@dataclass(frozen=True)
+class QueueSource:
+    function: str
+    name: str
+    queue: str
+    batch_size: int = 10
+    batching_window_seconds: float = 0.0
+    filters: tuple[dict[str, Any], ...] = ()
+    report_batch_item_failures: bool = False
+    enabled: bool = True
+    maximum_concurrency: int | None = None  # ScalingConfig.MaximumConcurrency
+
+    @property
+    def label(self) -> str:
+        return f"{self.function}.{self.name}"
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    function: str
+    name: str
+    api: str
+    path: str
+    method: str  # upper case, or ANY
+
+
+@dataclass
+class EventSources:
+    streams: list[StreamSource] = field(default_factory=list)
+    queues: list[QueueSource] = field(default_factory=list)
+    routes: list[ApiRoute] = field(default_factory=list)
+    not_emulated: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _flag(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
+def _filters(properties: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
+    filters = (properties.get("FilterCriteria") or {}).get("Filters") or []
+    patterns = []
+    for entry in filters:
+        raw = entry.get("Pattern", "")
+        try:
+            patterns.append(parse_pattern(raw if isinstance(raw, str) else json.dumps(raw)))
+        except PatternError as exc:
+            raise TemplateError(f"{where}: invalid FilterCriteria pattern: {exc}") from exc
+    return tuple(patterns)
+
+
+def _ref_target(raw: Any) -> str | None:
+    if isinstance(raw, dict) and isinstance(raw.get("Ref"), str):
+        return str(raw["Ref"])
+    if isinstance(raw, dict) and isinstance(raw.get("Fn::GetAtt"), list):
+        return str(raw["Fn::GetAtt"][0])
+    return None
+
+
+def _stream_source(
+    template: Template, function: str, name: str, props: dict[str, Any], arn: str, found: EventSources
+) -> None:
+    table = template.logical_id_for_arn(str(arn))
+    if table is None or template.resources[table]["Type"] != "AWS::DynamoDB::Table":
+        found.not_emulated.append(f"{function}.{name}: stream {arn} is not a table of this template")
+        return
+    where = f"{function}.{name}"
+    filters = _filters(props, where)
+    for pattern in filters:
+        foreign = sorted(set(pattern) - {"dynamodb"})
+        if foreign:
+            found.warnings.append(
+                f"{where}: FilterCriteria uses {foreign}; DynamoDB mappings only support filtering on the "
+                "'dynamodb' key (applied locally anyway)"
+            )
+    parallelization_factor = int(props.get("ParallelizationFactor", 1))
+    if not 1 <= parallelization_factor <= 10:
+        raise TemplateError(f"{where}: ParallelizationFactor must be 1 to 10, got {parallelization_factor}")
+    if props.get("TumblingWindowInSeconds"):
+        found.warnings.append(f"{where}: TumblingWindowInSeconds is not emulated")
+    on_failure = ((props.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+    found.streams.append(
+        StreamSource(
+            function=function,
+            name=name,
+            table=table,
+            starting_position=str(props.get("StartingPosition", "TRIM_HORIZON")),
+            batch_size=int(props.get("BatchSize", 100)),
+            batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
+            filters=filters,
+            report_batch_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
+            maximum_retry_attempts=int(props.get("MaximumRetryAttempts", -1)),
+            bisect_on_error=_flag(props.get("BisectBatchOnFunctionError", False)),
+            maximum_record_age_seconds=int(props.get("MaximumRecordAgeInSeconds", -1)),
+            on_failure_arn=str(on_failure) if on_failure else None,
+            enabled=_flag(props.get("Enabled", True)),
+            parallelization_factor=parallelization_factor,
+        )
+    )
+
+
+def _queue_source(
+    template: Template, function: str, name: str, props: dict[str, Any], arn: str, found: EventSources
+) -> None:
+    queue = template.logical_id_for_arn(str(arn))
+    if queue is None or template.resources[queue]["Type"] != "AWS::SQS::Queue":
+        found.not_emulated.append(f"{function}.{name}: queue {arn} is not a queue of this template")
+        return
+    scaling = props.get("ScalingConfig") or {}
+    found.queues.append(
+        QueueSource(
+            function=function,
+            name=name,
+            queue=queue,
+            batch_size=int(props.get("BatchSize", 10)),
+            batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
+            filters=_filters(props, f"{function}.{name}"),
+            report_batch_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
+            enabled=_flag(props.get("Enabled", True)),
+            maximum_concurrency=int(scaling["MaximumConcurrency"])
+            if "MaximumConcurrency" in scaling
+            else None,
+        )
+    )
+
+
+def read_event_sources(template: Template) -> EventSources:
+    found = EventSources()
+    for function in template.of_type("AWS::Serverless::Function"):
+        if not template.is_created(function):
+            continue
+        raw_events = template.resources[function].get("Properties", {}).get("Events", {}) or {}
+        for name, event in template.function(function).events.items():
+            kind = event.get("Type")
+            props = event.get("Properties", {})
+            if kind == "DynamoDB":
+                _stream_source(template, function, name, props, props["Stream"], found)
+            elif kind == "SQS":
+                _queue_source(template, function, name, props, props["Queue"], found)
+            elif kind == "Api":
+                raw_api = raw_events.get(name, {}).get("Properties", {}).get("RestApiId")
+                found.routes.append(
+                    ApiRoute(
+                        function=function,
+                        name=name,
+                        api=_ref_target(raw_api) or IMPLICIT_API,
+                        path=str(props["Path"]),
+                        method=str(props["Method"]).upper(),
+                    )
+                )
+            else:
+                found.not_emulated.append(f"{function}.{name} ({kind} event)")
+
+    for logical_id in template.of_type("AWS::Lambda::EventSourceMapping"):
+        if not template.is_created(logical_id):
+            continue
+        raw = template.resources[logical_id].get("Properties", {})
+        props = template.properties(logical_id)
+        target = _ref_target(raw.get("FunctionName"))
+        source_arn = str(props.get("EventSourceArn", ""))
+        if target is None or target not in template.resources:
+            found.not_emulated.append(
+                f"{logical_id}: function {props.get('FunctionName')} is not in this template"
+            )
+        elif ":dynamodb:" in source_arn:
+            _stream_source(template, target, logical_id, props, source_arn, found)
+        elif ":sqs:" in source_arn:
+            _queue_source(template, target, logical_id, props, source_arn, found)
+        else:
+            found.not_emulated.append(f"{logical_id} (event source {source_arn})")
+    return found

@@ -1,0 +1,252 @@
+"""The SQS event source mapping, with Lambda's semantics, against moto.
+
+Long-polls the queue (1 s waits, so stopping is quick), gathers up to BatchSize messages (within
+MaximumBatchingWindowInSeconds when set) and hands them to the function in Lambda's SQS event shape,
+several batches at once as Lambda's pollers do: up to the function's concurrency (or the mapping's
+ScalingConfig.MaximumConcurrency, if lower), and a batch is received only when it can be processed at
+once. Each batch then deletes what succeeded: everything on success, the unreported messages with
+ReportBatchItemFailures, nothing on a function error. Undeleted messages come back after the queue's
+visibility timeout, and the queue's RedrivePolicy (enforced by moto) moves them to the dead-letter
+queue after maxReceiveCount receives. Messages that FilterCriteria rejects are deleted, as Lambda does.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tools.local.activity import ActivityLog, Invocation
+from tools.local.event_sources import QueueSource
+from tools.local.functions import FunctionRuntime, InvocationResult
+from tools.local.patterns import matches
+from tools.local.template import REGION
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+_WAIT_SECONDS = 1
+_MAX_RECEIVE = 10
+_ERROR_PAUSE_SECONDS = 1.0
+
+
+def _message_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    shaped: dict[str, Any] = {
+        "stringListValues": value.get("StringListValues", []),
+        "binaryListValues": [base64.b64encode(v).decode() for v in value.get("BinaryListValues", [])],
+        "dataType": value.get("DataType", "String"),
+    }
+    if "StringValue" in value:
+        shaped["stringValue"] = value["StringValue"]
+    if "BinaryValue" in value:
+        shaped["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+    return shaped
+
+
+def lambda_sqs_record(message: MessageTypeDef, queue_arn: str) -> dict[str, Any]:
+    """A received message in the shape Lambda delivers it to a function."""
+    attributes = message.get("MessageAttributes", {})
+    record: dict[str, Any] = {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": dict(message.get("Attributes", {})),
+        "messageAttributes": {name: _message_attribute(dict(v)) for name, v in attributes.items()},
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": REGION,
+    }
+    if "MD5OfMessageAttributes" in message:
+        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
+    return record
+
+
+def _filterable(record: dict[str, Any]) -> dict[str, Any]:
+    # Lambda matches patterns on "body" against the parsed body when the body is a JSON object.
+    try:
+        body = json.loads(record["body"])
+    except (json.JSONDecodeError, TypeError):
+        return record
+    return {**record, "body": body} if isinstance(body, dict) else record
+
+
+class QueuePoller:
+    def __init__(
+        self,
+        source: QueueSource,
+        function: FunctionRuntime,
+        queue_url: str,
+        queue_arn: str,
+        sqs: SQSClient,
+        activity: ActivityLog,
+    ) -> None:
+        self.source = source
+        self._function = function
+        self._queue_url = queue_url
+        self._queue_arn = queue_arn
+        self._sqs = sqs
+        self._activity = activity
+        # Batches in flight at once: the function's concurrency, or less with ScalingConfig.
+        limits = [function.max_concurrency]
+        if source.maximum_concurrency is not None:
+            limits.append(source.maximum_concurrency)
+        self.concurrency = max(0, min(limits))
+        self._slots = threading.BoundedSemaphore(max(1, self.concurrency))
+        self._batches: set[threading.Thread] = set()
+        self._batches_lock = threading.Lock()
+        self._batch_numbers = itertools.count(1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"sqs-{source.label}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self._thread.join(timeout)
+        with self._batches_lock:
+            batches = list(self._batches)
+        for batch in batches:
+            batch.join(max(0.0, deadline - time.monotonic()))
+
+    def _run(self) -> None:
+        if self.concurrency < 1:
+            return  # ReservedConcurrentExecutions 0: Lambda invokes nothing, the messages wait
+        try:
+            while not self._stop.is_set():
+                # Receive only what can be processed now, so no message's visibility timeout runs
+                # out while it waits here.
+                if not self._slots.acquire(timeout=_WAIT_SECONDS):
+                    continue
+                handed_over = False
+                try:
+                    handed_over = self._poll_once()
+                except (ClientError, BotoCoreError) as exc:
+                    if self._stop.is_set():
+                        return
+                    self._activity.notice("error", self.source.label, f"queue poll failed: {exc}")
+                    self._stop.wait(_ERROR_PAUSE_SECONDS)
+                finally:
+                    if not handed_over:
+                        self._slots.release()
+        except Exception as exc:
+            self._activity.notice("error", self.source.label, f"queue poller stopped: {exc!r}")
+            raise
+
+    def _receive(self, limit: int, wait_seconds: int) -> list[MessageTypeDef]:
+        response = self._sqs.receive_message(
+            QueueUrl=self._queue_url,
+            MaxNumberOfMessages=min(_MAX_RECEIVE, limit),
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return list(response.get("Messages", []))
+
+    def _gather(self) -> list[MessageTypeDef]:
+        batch_size = self.source.batch_size
+        batch = self._receive(batch_size, _WAIT_SECONDS)
+        if not batch or self.source.batching_window_seconds <= 0:
+            return batch
+        deadline = time.monotonic() + self.source.batching_window_seconds
+        while len(batch) < batch_size and not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for message in self._receive(batch_size - len(batch), min(_WAIT_SECONDS, int(remaining))):
+                # A visibility timeout shorter than the window lets a message come back within it.
+                batch = [m for m in batch if m["MessageId"] != message["MessageId"]] + [message]
+            if remaining < _WAIT_SECONDS:
+                self._stop.wait(min(remaining, 0.05))
+        return batch
+
+    def _poll_once(self) -> bool:
+        """Receive a batch and hand it to a thread of its own; True when one was handed over."""
+        messages = self._gather()
+        if not messages or self._stop.is_set():
+            return False
+        batch = threading.Thread(
+            target=self._deliver,
+            args=(messages,),
+            name=f"sqs-{self.source.label}-{next(self._batch_numbers)}",
+            daemon=True,
+        )
+        with self._batches_lock:
+            self._batches.add(batch)
+        batch.start()
+        return True
+
+    def _deliver(self, messages: list[MessageTypeDef]) -> None:
+        try:
+            self._process(messages)
+        except (ClientError, BotoCoreError) as exc:
+            if not self._stop.is_set():
+                self._activity.notice("error", self.source.label, f"queue batch failed: {exc}")
+        except Exception as exc:
+            self._activity.notice("error", self.source.label, f"queue batch failed: {exc!r}")
+            raise
+        finally:
+            with self._batches_lock:
+                self._batches.discard(threading.current_thread())
+            self._slots.release()
+
+    def _process(self, messages: list[MessageTypeDef]) -> None:
+        records = [lambda_sqs_record(m, self._queue_arn) for m in messages]
+        if self.source.filters:
+            kept = [r for r in records if any(matches(p, _filterable(r)) for p in self.source.filters)]
+            self._delete([r for r in records if r not in kept])
+            records = kept
+        if not records:
+            return
+        result = self._function.invoke({"Records": records})
+        if self._stop.is_set():
+            return  # interrupted by shutdown: leave the messages to reappear
+        failed = self._failed_ids(result, records)
+        self._delete([r for r in records if r["messageId"] not in failed])
+        self._activity.add(
+            Invocation(
+                function=self.source.function,
+                trigger="sqs",
+                source=self.source.queue,
+                event={"Records": records},
+                result=result,
+                failed_ids=tuple(r["messageId"] for r in records if r["messageId"] in failed),
+            )
+        )
+
+    def _failed_ids(self, result: InvocationResult, records: list[dict[str, Any]]) -> set[str]:
+        everything = {r["messageId"] for r in records}
+        if not result.ok:
+            return everything
+        if not self.source.report_batch_item_failures or not isinstance(result.payload, dict):
+            return set()
+        failures = result.payload.get("batchItemFailures") or []
+        failed: set[str] = set()
+        for failure in failures if isinstance(failures, list) else [None]:
+            identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+            if not isinstance(identifier, str) or identifier not in everything:
+                return everything  # an invalid response fails the whole batch
+            failed.add(identifier)
+        return failed
+
+    def _delete(self, records: list[dict[str, Any]]) -> None:
+        for start in range(0, len(records), _MAX_RECEIVE):
+            chunk = records[start : start + _MAX_RECEIVE]
+            response = self._sqs.delete_message_batch(
+                QueueUrl=self._queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(chunk)],
+            )
+            for failure in response.get("Failed", []):
+                self._activity.notice(
+                    "warning", self.source.label, f"delete failed: {failure.get('Message')}"
+                )

@@ -1,0 +1,368 @@
+"""The docker-free local stack: services, resources, functions, event sources and the API, from template.yaml.
+
+    with LocalStack() as stack:          # or stack.start() ... stack.stop()
+        stack.api_url, stack.clients.sqs(), stack.activity.invocations("OutboxRelayFunction")
+
+Start-up order keeps failures fast and leaves nothing behind: the API port is bound first, then
+DynamoDB Local and moto are launched, the function environments start their init meanwhile, the
+resources are provisioned, and only then do pollers and the API start serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tools.local.activity import ActivityLog, Invocation
+from tools.local.api import ApiServer, RouteTable
+from tools.local.checkpoints import CheckpointStore
+from tools.local.console import Console
+from tools.local.destinations import FailureDestinations
+from tools.local.event_sources import IMPLICIT_API, EventSources, read_event_sources
+from tools.local.functions import (
+    FunctionError,
+    FunctionRuntime,
+    InvocationResult,
+    default_max_concurrency,
+    function_environment,
+)
+from tools.local.launchers import ForkServer, Launcher, shared_environment
+from tools.local.processes import StartupError
+from tools.local.provisioning import SEED_FILE, Provisioner, ProvisioningReport
+from tools.local.queue_poller import QueuePoller
+from tools.local.services import AwsClients, Endpoints, LocalServices
+from tools.local.stream_poller import StreamPoller
+from tools.local.template import ROOT, Template
+from tools.local.topics import TopicWatcher
+
+DEFAULT_DATA_DIR = ROOT / ".local-data"
+_JOIN_SECONDS = 3.0
+_WAIT_POLL_SECONDS = 0.1
+T = TypeVar("T")
+
+
+@dataclass
+class StackOptions:
+    api_port: int = 3000  # 0: any free port
+    dynamodb_port: int = 0  # 0: any free port
+    moto_port: int = 0
+    data_dir: Path = DEFAULT_DATA_DIR  # logs, and the DynamoDB files when persisting
+    persist: bool = False
+    seed_file: Path | None = SEED_FILE
+    echo_function_logs: bool = False
+    serve: bool = True  # False: resources and functions only (no pollers, no API), e.g. for one invoke
+    only_functions: frozenset[str] | None = None  # start only these functions' environments
+    # Fork function workers from one process that imported the shared packages (fast start-up);
+    # False starts each in a fresh interpreter.
+    fork_server: bool = True
+    # Added to every function's environment (harnesses: e.g. LOCAL_WORKER_PRELOAD for fault injection).
+    function_environment: dict[str, str] = field(default_factory=dict)
+    # Execution environments per function (concurrent invocations) when the template reserves no
+    # concurrency for it (ReservedConcurrentExecutions); default LOCAL_MAX_CONCURRENCY, else 4.
+    max_concurrency: int = field(default_factory=default_max_concurrency)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+
+@dataclass
+class StartupReport:
+    seconds: float = 0.0
+    provisioning: ProvisioningReport = field(default_factory=ProvisioningReport)
+    init_errors: dict[str, FunctionError] = field(default_factory=dict)
+    functions_not_emulated: list[str] = field(default_factory=list)
+    auth_not_enforced: list[str] = field(default_factory=list)
+
+
+class LocalStack:
+    def __init__(
+        self,
+        template: Template | None = None,
+        options: StackOptions | None = None,
+        *,
+        services: LocalServices | None = None,
+        console: Console | None = None,
+    ) -> None:
+        self.template = template or Template.load()
+        self.options = options or StackOptions()
+        self._owns_services = services is None
+        self.services = services or LocalServices(
+            self.options.log_dir,
+            dynamodb_port=self.options.dynamodb_port,
+            moto_port=self.options.moto_port,
+            dynamodb_data_dir=self.options.data_dir / "dynamodb" if self.options.persist else None,
+        )
+        self.clients = AwsClients(self.services.endpoints)
+        self.activity = ActivityLog()
+        self.console = console
+        if console is not None:
+            self.activity.subscribe(console.on_entry)
+        self.sources: EventSources = read_event_sources(self.template)
+        self.report = StartupReport()
+        self.functions: dict[str, FunctionRuntime] = {}
+        self.api: ApiServer | None = None
+        self._pollers: list[StreamPoller | QueuePoller | TopicWatcher] = []
+        self._stream_arns: dict[str, str] = {}
+        self._queue_urls: dict[str, str] = {}
+        self._fork_server: ForkServer | None = None
+        self._provisioner: Provisioner | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start everything; on failure, stop what was started and raise (StartupError: the usual causes)."""
+        began = time.monotonic()
+        try:
+            self._start(began)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, began: float) -> None:
+        stages = self._api_stages()
+        self._create_functions()
+        served = [route for route in self.sources.routes if route.function in self.functions]
+        routes = RouteTable(served, stages)  # a route conflict fails before anything starts
+        if self.options.serve and served:
+            api_ids = {api: self.template.physical_name(api) for api in stages}
+            self.api = ApiServer(routes, self.functions, api_ids, self.activity, self.options.api_port)
+        if self._owns_services:
+            self.services.launch()
+        if self._fork_server is not None:
+            self._fork_server.start()
+        # Function inits (imports) run while the services come up and resources are created.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="init") as pool:
+            inits = pool.submit(self._start_functions)
+            if self._owns_services:
+                self.services.wait_ready()
+            provisioner = self._provisioner = Provisioner(self.template, self.clients)
+            self.report.provisioning = provisioner.provision(self.options.seed_file)
+            inits.result()
+        self._queue_urls = {q: provisioner.queue_url(q) for q in self.template.of_type("AWS::SQS::Queue")}
+        for logical_id, runtime in self.functions.items():
+            error = runtime.wait_ready()
+            if error is not None:
+                self.report.init_errors[logical_id] = error
+        if self.options.serve:
+            self._start_event_sources()
+            if self.api is not None:
+                self.api.start()
+        self.report.seconds = time.monotonic() - began
+
+    def stop(self) -> None:
+        """Stop everything this stack started; safe to call more than once."""
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
+        for poller in self._pollers:
+            poller.stop()
+        for runtime in self.functions.values():
+            runtime.stop()  # ends in-flight invocations, so pollers notice the stop at once
+        if self._fork_server is not None:
+            self._fork_server.stop()
+        for poller in self._pollers:
+            poller.join(_JOIN_SECONDS)
+        self._pollers.clear()
+        if self._owns_services:
+            self.services.stop()
+        else:
+            self._drop_tables()
+
+    def _drop_tables(self) -> None:
+        """Delete the tables this stack created in services it borrowed (tests and chaos runs share them).
+
+        DynamoDB Local runs every TTL sweep on one pool of 10 threads, each sweep 20 items a page with
+        10 s between pages: tables left behind by finished stacks would starve the live ones' sweeps.
+        """
+        if self._provisioner is None:
+            return
+        dynamodb = self.clients.dynamodb()
+        # Only the tables it created: another stack of the same name may be using existing ones.
+        for logical_id in self._provisioner.created_tables:
+            # Not there (a failed start) or the services are already gone: nothing to drop.
+            with contextlib.suppress(ClientError, BotoCoreError):
+                dynamodb.delete_table(TableName=self.template.physical_name(logical_id))
+
+    # --- parts ------------------------------------------------------------------------------------
+    def _api_stages(self) -> dict[str, str]:
+        stages = {IMPLICIT_API: "Prod"}
+        for api in self.template.of_type("AWS::Serverless::Api"):
+            props = self.template.properties(api)
+            stages[api] = str(props.get("StageName", "Prod"))
+            authorizer = (props.get("Auth") or {}).get("DefaultAuthorizer")
+            if authorizer:
+                self.report.auth_not_enforced.append(f"{api} ({authorizer})")
+        return stages
+
+    def _create_functions(self) -> None:
+        specs = {}
+        for logical_id, spec in self.template.functions().items():
+            if not self.template.is_created(logical_id):
+                continue
+            if self.options.only_functions is not None and logical_id not in self.options.only_functions:
+                continue
+            if not spec.runtime.startswith("python3"):
+                self.report.functions_not_emulated.append(
+                    f"{logical_id}: runtime {spec.runtime!r} is not Python"
+                )
+                continue
+            if spec.external_layers:
+                self.report.functions_not_emulated.append(
+                    f"{logical_id}: layers {', '.join(spec.external_layers)} are not available locally"
+                )
+            specs[logical_id] = spec
+        environments = {
+            logical_id: {
+                **function_environment(spec, self.template.physical_name(logical_id), self.endpoints),
+                **self.options.function_environment,
+            }
+            for logical_id, spec in specs.items()
+        }
+        launcher: Launcher | None = None
+        if self.options.fork_server and len(specs) > 1:
+            # Shared packages are imported once, with the environment all functions have in common;
+            # LAMBDA_TASK_ROOT only marks "in Lambda" for packages that look at it on import.
+            shared = shared_environment(list(environments.values()))
+            shared.setdefault("LAMBDA_TASK_ROOT", str(ROOT / "functions"))
+            self._fork_server = ForkServer(shared, self.options.log_dir / "forkserver.log")
+            launcher = self._fork_server
+        for logical_id, spec in specs.items():
+            self.functions[logical_id] = FunctionRuntime(
+                spec,
+                self.template.physical_name(logical_id),
+                environments[logical_id],
+                self.options.log_dir / f"{logical_id}.log",
+                echo=self._echo if self.options.echo_function_logs else None,
+                tracing=self._tracing(logical_id),
+                launcher=launcher,
+                max_concurrency=(
+                    spec.reserved_concurrency
+                    if spec.reserved_concurrency is not None
+                    else self.options.max_concurrency
+                ),
+            )
+
+    def _start_functions(self) -> None:
+        for runtime in self.functions.values():
+            runtime.start()
+
+    def _tracing(self, logical_id: str) -> bool:
+        mode = self.template.properties(logical_id).get("Tracing", self._global("Tracing"))
+        return str(mode) in {"Active", "PassThrough"}
+
+    def _global(self, name: str) -> Any:
+        return self.template.resolve(self.template.data.get("Globals", {}).get("Function", {}).get(name))
+
+    def _echo(self, function: str, line: str) -> None:
+        if self.console is not None:
+            self.console.print(self.console.paint(f"    {function} | {line}", "\033[2m"))
+
+    def _start_event_sources(self) -> None:
+        sqs = self.clients.sqs()
+        destinations = FailureDestinations(self.clients.sqs(), self.clients.sns())
+        checkpoints = (
+            CheckpointStore(self.options.data_dir / "stream-checkpoints.json")
+            if self.services.persistent
+            else None
+        )
+        for stream in self.sources.streams:
+            if not stream.enabled or stream.function not in self.functions:
+                continue
+            self._pollers.append(
+                StreamPoller(
+                    stream,
+                    self.functions[stream.function],
+                    self.stream_arn(stream.table),
+                    self.clients.streams(),
+                    destinations,
+                    self.activity,
+                    checkpoints,
+                )
+            )
+        for queue in self.sources.queues:
+            if not queue.enabled or queue.function not in self.functions:
+                continue
+            self._pollers.append(
+                QueuePoller(
+                    queue,
+                    self.functions[queue.function],
+                    self._queue_urls[queue.queue],
+                    self.template.arn(queue.queue),
+                    self.clients.sqs(),
+                    self.activity,
+                )
+            )
+        for topic, queue_url in self.report.provisioning.console_queues.items():
+            self._pollers.append(TopicWatcher(topic, queue_url, sqs, self.activity))
+        for poller in self._pollers:
+            poller.start()
+
+    # --- for people and tests ---------------------------------------------------------------------
+    @property
+    def endpoints(self) -> Endpoints:
+        return self.services.endpoints
+
+    @property
+    def api_url(self) -> str:
+        if self.api is None:
+            raise StartupError("the local API is not running (no Api events, or not serving)")
+        return self.api.url
+
+    def stream_arn(self, table: str) -> str:
+        """The real (DynamoDB Local) stream ARN of a table of the template."""
+        if table not in self._stream_arns:
+            description = self.clients.dynamodb().describe_table(TableName=self.template.physical_name(table))
+            arn = description["Table"].get("LatestStreamArn")
+            if arn is None:
+                raise StartupError(f"table {table} has no stream")
+            self._stream_arns[table] = arn
+        return self._stream_arns[table]
+
+    def queue_url(self, queue: str) -> str:
+        return self._queue_urls[queue]
+
+    def capture_queue_url(self, topic: str) -> str:
+        """The queue that receives a copy of everything published to a topic of the template."""
+        return self.report.provisioning.capture_queues[topic]
+
+    def invoke(self, function: str, event: Any) -> InvocationResult:
+        """Invoke a function directly (like `aws lambda invoke`), recorded in the activity log."""
+        result = self.functions[function].invoke(event)
+        failed = () if result.ok else (result.request_id,)
+        self.activity.add(Invocation(function, "direct", "invoke", event, result, failed))
+        return result
+
+    def wait_for(self, condition: Callable[[], T | None], timeout: float, what: str) -> T:
+        """Wait until condition() returns something truthy and return it; TimeoutError after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{what}: not within {timeout:g} s")
+            # Most conditions change with new activity; the poll interval covers the others.
+            self.activity.wait_for_change(min(remaining, _WAIT_POLL_SECONDS))
+
+    def child_pids(self) -> list[int]:
+        pids = [pid for runtime in self.functions.values() for pid in runtime.child_pids()]
+        if self._fork_server is not None:
+            pids += self._fork_server.child_pids()
+        if self._owns_services:
+            pids += self.services.child_pids()
+        return pids

@@ -1,0 +1,585 @@
+"""The DynamoDB stream event source mapping, with Lambda's semantics, against DynamoDB Local.
+
+Per lane of a shard, in order, one batch at a time: records are read (4 times a second as Lambda does,
+and at once after any function invocation, since it may have written to the table), shaped exactly as
+Lambda delivers them, filtered (filtered-out records are dropped for good), batched (BatchSize,
+MaximumBatchingWindowInSeconds) and handed to the function. Failures follow Lambda's rules:
+ReportBatchItemFailures checkpoints at the lowest failed sequence number, BisectBatchOnFunctionError
+splits a failing batch (splits do not count as retries), MaximumRetryAttempts and
+MaximumRecordAgeInSeconds discard records, and discarded batches are described to the OnFailure
+destination with the metadata message Lambda sends. A child shard waits until its parent is done.
+
+A shard has one lane, which takes every record, unless the mapping's ParallelizationFactor is N > 1.
+Lambda then processes up to N batches of one shard concurrently and still keeps each item's records
+(partition and sort key) in order, not a partition's or a shard's: see "Using Lambda with DynamoDB",
+https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html (polling and batching streams, concurrent
+batches per shard). Locally the shard then has N lanes: each reads it with an iterator of its own, keeps
+the records whose item key hashes to it (item_lane) and runs its own batches, checkpoint, retries,
+bisection and OnFailure messages exactly as a single lane does, while the other lanes' batches run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tools.local.activity import ActivityLog, Invocation
+from tools.local.checkpoints import CheckpointStore
+from tools.local.destinations import FailureDestinations, UnsupportedDestination
+from tools.local.event_sources import StreamSource
+from tools.local.functions import FunctionRuntime, InvocationResult
+from tools.local.patterns import matches
+from tools.local.template import ACCOUNT, REGION
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
+# Lambda polls each shard 4 times a second. Writes made by the stack's functions are read sooner: the
+# end of any invocation wakes the pollers (see StreamPoller._idle).
+POLL_INTERVAL_SECONDS = 0.25
+DISCOVERY_INTERVAL_SECONDS = 1.0
+_GET_RECORDS_LIMIT = 1000
+_MAX_BACKOFF_SECONDS = 2.0
+_ERROR_PAUSE_SECONDS = 1.0
+# DynamoDB Local moves an empty shard's start to the first record it gets (sequence numbers are global
+# across tables), so an iterator taken on an empty shard reads as "trimmed": renew it from our position.
+_RENEW_ITERATOR_ON = frozenset({"ExpiredIteratorException", "TrimmedDataAccessException"})
+
+
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def lambda_stream_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+    """A GetRecords record (raw JSON) in the shape Lambda delivers it to a function."""
+    record = dict(raw)
+    record["awsRegion"] = REGION  # DynamoDB Local says "ddblocal"
+    dynamodb = dict(record.get("dynamodb", {}))
+    if "ApproximateCreationDateTime" in dynamodb:
+        dynamodb["ApproximateCreationDateTime"] = _integral(dynamodb["ApproximateCreationDateTime"])
+    record["dynamodb"] = dynamodb
+    if record.get("eventName") == "UNKNOWN_TO_SDK_VERSION":
+        # DynamoDB Local's name for a TTL deletion; Lambda delivers REMOVE by the DynamoDB service.
+        record["eventName"] = "REMOVE"
+        record["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    # The ARN stays DynamoDB Local's own, so code that reads the stream back (redrive) can use it.
+    record["eventSourceARN"] = stream_arn
+    return record
+
+
+def item_lane(record: dict[str, Any], lanes: int) -> int:
+    """The lane (0 .. lanes - 1) of a stream record's item: a stable hash of its key (partition and sort key).
+
+    Every record of one item goes to the same lane, in this process and the next (lane checkpoints are
+    kept across restarts), so per-item order holds; items of one partition may go to different lanes.
+    """
+    key = json.dumps(record["dynamodb"]["Keys"], sort_keys=True, separators=(",", ":"))
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % lanes
+
+
+def _iso(epoch_seconds: float, milliseconds: bool = False) -> str:
+    moment = datetime.fromtimestamp(epoch_seconds, UTC)
+    text = moment.isoformat(timespec="milliseconds" if milliseconds else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+class _RawRecordsReader:
+    """GetRecords with the response's raw JSON: boto3's parsed form drops Lambda-relevant fields."""
+
+    def __init__(self, client: DynamoDBStreamsClient) -> None:
+        self._client = client
+        self._local = threading.local()
+        client.meta.events.register("after-call.dynamodbstreams.GetRecords", self._capture)
+
+    def _capture(self, http_response: Any, **_: Any) -> None:
+        self._local.body = http_response.content
+
+    def get_records(self, iterator: str) -> tuple[list[dict[str, Any]], str | None]:
+        self._local.body = b""
+        self._client.get_records(ShardIterator=iterator, Limit=_GET_RECORDS_LIMIT)
+        data = json.loads(self._local.body)
+        return list(data.get("Records", [])), data.get("NextShardIterator")
+
+
+@dataclass
+class _Pending:
+    record: dict[str, Any]
+    sequence_number: str
+    created_at: float  # ApproximateCreationDateTime (DynamoDB Local rounds it down to the minute)
+    seen_at: float  # wall clock when first read: the basis of record age locally
+    seen_monotonic: float
+
+
+@dataclass
+class _Lane:
+    """One in-order sequence of batches over a shard: a shard iterator, a checkpoint and a batch loop.
+
+    At ParallelizationFactor 1 a shard's only lane takes every record; at N > 1 lane `index` takes the
+    records whose item_lane is `index` and skips the others (their lanes deliver them).
+    """
+
+    shard_id: str
+    index: int = 0
+    iterator: str | None = None
+    closed: bool = False
+    pending: list[_Pending] = field(default_factory=list)
+    # Sizes of the next batches while a failing batch is being bisected.
+    planned: list[int] = field(default_factory=list)
+    attempts: int = 0  # failed invocations of the batch at the head (bisection excluded)
+    retry_at: float = 0.0
+    next_fetch_at: float = 0.0
+    last_sequence: str | None = None
+    skipping: bool = False  # reading up to the current end without invoking (StartingPosition LATEST)
+    in_flight: bool = False  # its batch is being invoked in a thread of its own (ParallelizationFactor > 1)
+
+    @property
+    def finished(self) -> bool:
+        return self.closed and not self.pending
+
+
+@dataclass
+class _Shard:
+    shard_id: str
+    parent_id: str | None
+    lanes: list[_Lane]
+
+    @property
+    def finished(self) -> bool:
+        return all(lane.finished for lane in self.lanes)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How a batch ended: all done, a checkpoint after `succeeded` records, or a function error."""
+
+    succeeded: int
+    function_error: bool
+    failed_ids: tuple[str, ...] = ()
+
+
+class StreamPoller:
+    def __init__(
+        self,
+        source: StreamSource,
+        function: FunctionRuntime,
+        stream_arn: str,
+        streams: DynamoDBStreamsClient,
+        destinations: FailureDestinations,
+        activity: ActivityLog,
+        checkpoints: CheckpointStore | None = None,
+    ) -> None:
+        self.source = source
+        self._checkpoints = checkpoints
+        self._function = function
+        self._stream_arn = stream_arn
+        self._streams = streams
+        self._reader = _RawRecordsReader(streams)
+        self._destinations = destinations
+        self._activity = activity
+        self._shards: dict[str, _Shard] = {}
+        self._finished: set[str] = set()
+        self._first_discovery = True
+        self._lanes_per_shard = source.parallelization_factor
+        # Batches invoked in threads of their own (ParallelizationFactor > 1), and what they returned:
+        # the poller's thread settles them, so only it ever changes a lane.
+        self._batches: set[threading.Thread] = set()
+        self._batches_lock = threading.Lock()
+        self._returned: queue.SimpleQueue[tuple[_Lane, list[_Pending], InvocationResult | None]] = (
+            queue.SimpleQueue()
+        )
+        self._stop = threading.Event()
+        # Set when a function invocation ends: it may have written to the table, so read at once.
+        self._wake = threading.Event()
+        activity.subscribe(self._on_activity)
+        self._thread = threading.Thread(target=self._run, name=f"stream-{source.label}", daemon=True)
+        self.filtered_out = 0
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self._thread.join(timeout)
+        with self._batches_lock:
+            batches = list(self._batches)
+        for batch in batches:
+            batch.join(max(0.0, deadline - time.monotonic()))
+
+    def _on_activity(self, entry: object) -> None:
+        if isinstance(entry, Invocation):
+            self._wake.set()
+
+    def _idle(self) -> None:
+        """Wait for the next poll: the poll interval, or less when an invocation may have written."""
+        if self._wake.wait(POLL_INTERVAL_SECONDS) and not self._stop.is_set():
+            self._wake.clear()
+            for shard in self._shards.values():
+                for lane in shard.lanes:
+                    lane.next_fetch_at = 0.0
+
+    def _run(self) -> None:
+        try:
+            next_discovery = 0.0
+            while not self._stop.is_set():
+                progressed = False
+                try:
+                    progressed = self._settle_returned()
+                    if time.monotonic() >= next_discovery:
+                        self._discover()
+                        next_discovery = time.monotonic() + DISCOVERY_INTERVAL_SECONDS
+                    for shard in list(self._shards.values()):
+                        if self._stop.is_set():
+                            return
+                        if self._parent_done(shard):
+                            for lane in shard.lanes:
+                                progressed |= self._step(lane)
+                        if shard.finished:
+                            self._finished.add(shard.shard_id)
+                            del self._shards[shard.shard_id]
+                            next_discovery = 0.0  # a closed shard means a child to pick up
+                except (ClientError, BotoCoreError) as exc:
+                    if self._stop.is_set():
+                        return
+                    self._activity.notice("error", self.source.label, f"stream read failed: {exc}")
+                    self._stop.wait(_ERROR_PAUSE_SECONDS)
+                if not progressed:
+                    self._idle()
+        except Exception as exc:
+            self._activity.notice("error", self.source.label, f"stream poller stopped: {exc!r}")
+            raise
+
+    # --- shards -----------------------------------------------------------------------------------
+    def _discover(self) -> None:
+        shards: list[dict[str, Any]] = []
+        start: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"StreamArn": self._stream_arn}
+            if start:
+                kwargs["ExclusiveStartShardId"] = start
+            description = self._streams.describe_stream(**kwargs)["StreamDescription"]
+            shards.extend(description.get("Shards", []))  # type: ignore[arg-type]
+            start = description.get("LastEvaluatedShardId")
+            if not start:
+                break
+        for shard in shards:
+            shard_id = shard["ShardId"]
+            if shard_id in self._shards or shard_id in self._finished:
+                continue
+            is_closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+            # LATEST applies to shards that exist when the mapping starts; later shards are read whole.
+            latest = self._first_discovery and self.source.starting_position == "LATEST"
+            if latest and is_closed:
+                self._finished.add(shard_id)
+                continue
+            lanes = [self._open_lane(shard_id, index, latest) for index in range(self._lanes_per_shard)]
+            self._shards[shard_id] = _Shard(shard_id, shard.get("ParentShardId"), lanes)
+        self._first_discovery = False
+
+    def _open_lane(self, shard_id: str, index: int, latest: bool) -> _Lane:
+        # LATEST is read as "skip what is there now", so the position is always a sequence number
+        # and a renewed iterator (see _fetch) cannot jump back before the mapping's start.
+        lane = _Lane(shard_id=shard_id, index=index, skipping=latest)
+        saved = self._saved_position(lane)
+        if saved is not None:
+            lane.skipping, lane.last_sequence = False, saved
+            lane.iterator = self._renewed_iterator(lane)
+        else:
+            lane.iterator = self._streams.get_shard_iterator(
+                StreamArn=self._stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        return lane
+
+    def _checkpoint_key(self, lane: _Lane) -> str:
+        key = f"{self.source.label}|{self._stream_arn}|{lane.shard_id}"
+        if self._lanes_per_shard == 1:
+            return key
+        return f"{key}|lane {lane.index + 1} of {self._lanes_per_shard}"
+
+    def _saved_position(self, lane: _Lane) -> str | None:
+        if self._checkpoints is None:
+            return None
+        saved = self._checkpoints.get(self._checkpoint_key(lane))
+        if saved is None and self._lanes_per_shard > 1:
+            # No position of its own yet: start where the shard's single lane left off, if it ran with
+            # ParallelizationFactor 1 before (everything up to there was done in every lane).
+            saved = self._checkpoints.get(f"{self.source.label}|{self._stream_arn}|{lane.shard_id}")
+        return saved
+
+    def _done_with(self, lane: _Lane, count: int) -> None:
+        """The first `count` pending records are finished for good (processed or discarded)."""
+        if count and self._checkpoints is not None:
+            self._checkpoints.put(self._checkpoint_key(lane), lane.pending[count - 1].sequence_number)
+        del lane.pending[:count]
+
+    def _parent_done(self, shard: _Shard) -> bool:
+        parent = shard.parent_id
+        return parent is None or parent in self._finished or parent not in self._shards
+
+    def _fetch(self, lane: _Lane) -> bool:
+        assert lane.iterator is not None
+        try:
+            raw_records, lane.iterator = self._reader.get_records(lane.iterator)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in _RENEW_ITERATOR_ON:
+                raise
+            lane.iterator = self._renewed_iterator(lane)
+            return False
+        if lane.iterator is None:
+            lane.closed = True
+        now_wall, now = time.time(), time.monotonic()
+        if lane.skipping:
+            if raw_records:
+                lane.last_sequence = str(raw_records[-1]["dynamodb"]["SequenceNumber"])
+            else:
+                lane.skipping = False  # caught up: from here on, records are new
+            return bool(raw_records)
+        for raw in raw_records:
+            record = lambda_stream_record(raw, self._stream_arn)
+            sequence = str(record["dynamodb"]["SequenceNumber"])
+            lane.last_sequence = sequence
+            if self._lanes_per_shard > 1 and item_lane(record, self._lanes_per_shard) != lane.index:
+                continue  # another lane's item: that lane delivers it
+            if self.source.filters and not any(matches(p, record) for p in self.source.filters):
+                self.filtered_out += 1  # Lambda drops filtered-out records for good
+                continue
+            created = float(record["dynamodb"].get("ApproximateCreationDateTime", now_wall))
+            lane.pending.append(_Pending(record, sequence, created, now_wall, now))
+        lane.next_fetch_at = now if raw_records else now + POLL_INTERVAL_SECONDS
+        return bool(raw_records)
+
+    def _renewed_iterator(self, lane: _Lane) -> str:
+        kwargs: dict[str, Any] = {"StreamArn": self._stream_arn, "ShardId": lane.shard_id}
+        if lane.last_sequence is None:
+            kwargs["ShardIteratorType"] = "TRIM_HORIZON"
+        else:
+            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=lane.last_sequence)
+        return self._streams.get_shard_iterator(**kwargs)["ShardIterator"]
+
+    # --- batches ----------------------------------------------------------------------------------
+    def _step(self, lane: _Lane) -> bool:
+        """Read and invoke at most once for this lane; True when something happened."""
+        if lane.in_flight:
+            return False  # one batch at a time per lane: the next one waits for this one's outcome
+        source = self.source
+        progressed = False
+        now = time.monotonic()
+        if lane.iterator is not None and len(lane.pending) < source.batch_size and now >= lane.next_fetch_at:
+            progressed = self._fetch(lane)
+        if not lane.pending or time.monotonic() < lane.retry_at:
+            return progressed
+        waited = time.monotonic() - lane.pending[0].seen_monotonic
+        if (
+            not lane.planned
+            and len(lane.pending) < source.batch_size
+            and not lane.closed
+            and waited < source.batching_window_seconds
+        ):
+            return progressed  # still gathering records inside the batching window
+        if self._discard_expired(lane):
+            return True
+        size = lane.planned[0] if lane.planned else min(source.batch_size, len(lane.pending))
+        batch = lane.pending[:size]
+        if self._lanes_per_shard > 1:
+            self._invoke_apart(lane, batch)  # the other lanes go on meanwhile
+            return True
+        result = self._function.invoke({"Records": [p.record for p in batch]})
+        if self._stop.is_set():
+            return True  # interrupted by shutdown: the batch was not processed, nothing to settle
+        self._finish(lane, batch, result)
+        return True
+
+    def _finish(self, lane: _Lane, batch: list[_Pending], result: InvocationResult) -> None:
+        outcome = self._outcome(result, batch)
+        self._record(batch, result, outcome)
+        self._settle(lane, batch, result, outcome)
+
+    def _invoke_apart(self, lane: _Lane, batch: list[_Pending]) -> None:
+        """Invoke a lane's batch in a thread of its own; the poller settles it when it returns."""
+        lane.in_flight = True
+        thread = threading.Thread(
+            target=self._invoke_batch,
+            args=(lane, batch),
+            name=f"stream-{self.source.label}-{lane.shard_id[-8:]}-{lane.index + 1}",
+            daemon=True,
+        )
+        with self._batches_lock:
+            self._batches.add(thread)
+        thread.start()
+
+    def _invoke_batch(self, lane: _Lane, batch: list[_Pending]) -> None:
+        result: InvocationResult | None = None
+        try:
+            result = self._function.invoke({"Records": [p.record for p in batch]})
+        except Exception as exc:
+            self._activity.notice("error", self.source.label, f"stream batch failed: {exc!r}")
+            raise
+        finally:  # the lane must not stay in flight: with no result, its batch is tried again
+            self._returned.put((lane, batch, result))
+            with self._batches_lock:
+                self._batches.discard(threading.current_thread())
+            self._wake.set()
+
+    def _settle_returned(self) -> bool:
+        """Settle the batches whose invocation in a thread of its own returned; True if there were any."""
+        settled = False
+        while not self._stop.is_set():  # at shutdown a batch was not processed: nothing to settle
+            try:
+                lane, batch, result = self._returned.get_nowait()
+            except queue.Empty:
+                break
+            lane.in_flight, settled = False, True
+            if result is not None:
+                self._finish(lane, batch, result)
+        return settled
+
+    def _outcome(self, result: InvocationResult, batch: list[_Pending]) -> _Outcome:
+        everything = tuple(p.sequence_number for p in batch)
+        if not result.ok:
+            return _Outcome(succeeded=0, function_error=True, failed_ids=everything)
+        if not self.source.report_batch_item_failures:
+            return _Outcome(succeeded=len(batch), function_error=False)
+        payload = result.payload
+        failures = payload.get("batchItemFailures") if isinstance(payload, dict) else None
+        if not failures:
+            return _Outcome(succeeded=len(batch), function_error=False)
+        positions = {p.sequence_number: index for index, p in enumerate(batch)}
+        failed: list[int] = []
+        for failure in failures if isinstance(failures, list) else [None]:
+            identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+            if not isinstance(identifier, str) or identifier not in positions:
+                # Lambda treats an empty, null or unknown identifier as a failure of the whole batch.
+                return _Outcome(succeeded=0, function_error=True, failed_ids=everything)
+            failed.append(positions[identifier])
+        reported = tuple(batch[index].sequence_number for index in sorted(set(failed)))
+        return _Outcome(succeeded=min(failed), function_error=False, failed_ids=reported)
+
+    def _settle(
+        self, lane: _Lane, batch: list[_Pending], result: InvocationResult, outcome: _Outcome
+    ) -> None:
+        if outcome.succeeded == len(batch):
+            self._done_with(lane, len(batch))
+            if lane.planned:
+                lane.planned.pop(0)
+            lane.attempts = 0
+            return
+        if outcome.succeeded:
+            # Checkpoint: everything before the lowest failed record is done for good.
+            self._done_with(lane, outcome.succeeded)
+            lane.attempts = 0
+        remaining = len(batch) - outcome.succeeded
+        if lane.planned:
+            lane.planned.pop(0)
+        if self.source.bisect_on_error and remaining > 1:
+            first = (remaining + 1) // 2
+            lane.planned[:0] = [first, remaining - first]
+            lane.retry_at = 0.0
+            return
+        lane.attempts += 1
+        retries = self.source.maximum_retry_attempts
+        if retries >= 0 and lane.attempts > retries:
+            failed = lane.pending[:remaining]
+            self._done_with(lane, remaining)
+            self._send_to_destination(
+                lane, failed, "RetryAttemptsExhausted", lane.attempts, result, outcome.function_error
+            )
+            lane.attempts = 0
+            return
+        lane.planned.insert(0, remaining)
+        lane.retry_at = time.monotonic() + min(0.1 * 2 ** (lane.attempts - 1), _MAX_BACKOFF_SECONDS)
+
+    def _discard_expired(self, lane: _Lane) -> bool:
+        limit = self.source.maximum_record_age_seconds
+        if limit < 0:
+            return False
+        now = time.time()
+        count = 0
+        while count < len(lane.pending) and now - lane.pending[count].seen_at > limit:
+            count += 1
+        if not count:
+            return False
+        expired = lane.pending[:count]
+        self._done_with(lane, count)
+        lane.planned.clear()
+        self._send_to_destination(lane, expired, "RecordAgeExceeded", lane.attempts, None, False)
+        lane.attempts = 0
+        return True
+
+    def _send_to_destination(
+        self,
+        lane: _Lane,
+        batch: list[_Pending],
+        condition: str,
+        attempts: int,
+        last: InvocationResult | None,
+        function_error: bool,
+    ) -> None:
+        arn = self.source.on_failure_arn
+        first, last_record = batch[0], batch[-1]
+        summary = (
+            f"{len(batch)} record(s) {first.sequence_number}..{last_record.sequence_number} ({condition})"
+        )
+        if arn is None:
+            self._activity.notice(
+                "error", self.source.label, f"discarded {summary}; no OnFailure destination"
+            )
+            return
+        response_context: dict[str, Any] = {"statusCode": 200, "executedVersion": "$LATEST"}
+        if function_error:
+            response_context["functionError"] = "Unhandled"
+        message = {
+            "requestContext": {
+                "requestId": last.request_id if last is not None else str(uuid.uuid4()),
+                "functionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self._function.physical_name}",
+                "condition": condition,
+                "approximateInvokeCount": attempts,
+            },
+            "responseContext": response_context,
+            "version": "1.0",
+            "timestamp": _iso(time.time(), milliseconds=True),
+            "DDBStreamBatchInfo": {
+                "shardId": lane.shard_id,
+                "startSequenceNumber": first.sequence_number,
+                "endSequenceNumber": last_record.sequence_number,
+                "approximateArrivalOfFirstRecord": _iso(first.created_at),
+                "approximateArrivalOfLastRecord": _iso(last_record.created_at),
+                "batchSize": len(batch),
+                "streamArn": self._stream_arn,
+            },
+        }
+        try:
+            self._destinations.send(arn, message)
+        except (ClientError, BotoCoreError, UnsupportedDestination) as exc:
+            self._activity.notice("error", self.source.label, f"discarded {summary}; OnFailure failed: {exc}")
+            return
+        self._activity.notice(
+            "error",
+            self.source.label,
+            f"discarded {summary} → OnFailure {arn.rsplit(':', 1)[-1]}",
+            {"destination": arn, "message": message},
+        )
+
+    def _record(self, batch: list[_Pending], result: InvocationResult, outcome: _Outcome) -> None:
+        self._activity.add(
+            Invocation(
+                function=self.source.function,
+                trigger="dynamodb",
+                source=self.source.table,
+                event={"Records": [p.record for p in batch]},
+                result=result,
+                failed_ids=outcome.failed_ids,
+            )
+        )

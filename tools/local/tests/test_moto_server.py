@@ -1,0 +1,65 @@
+"""The local stack's moto server: the correction it applies to moto's SQS (tools/local/moto_server.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from moto import mock_aws
+from moto.core.models import DEFAULT_ACCOUNT_ID
+from moto.sqs.models import Message, Queue, sqs_backends
+
+from tools.local.moto_server import serialise_sqs_deletes
+
+PAUSE_SECONDS = 0.5
+
+
+@pytest.fixture
+def sqs_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setattr(Queue, "delete_message", Queue.delete_message)  # restored after the test
+    serialise_sqs_deletes()
+    with mock_aws():
+        yield sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+
+
+def test_a_send_between_two_concurrent_deletes_is_kept(
+    sqs_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two received messages, and a delete of the first paused halfway through its scan
+    sqs_backend.create_queue("q")
+    for body in ("first", "second"):
+        sqs_backend.send_message("q", body)
+    received = {m.body: m.receipt_handle for m in sqs_backend.receive_message("q", 10, 0, 30)}
+    others_done = threading.Event()
+    scanning = Message.had_receipt_handle
+    checks = 0
+
+    def paused_scan(self: Message, receipt_handle: str) -> bool:
+        nonlocal checks
+        if threading.current_thread().name == "first-delete":
+            checks += 1
+            if checks == 2:  # the first check finds the message; the second is in the list rebuild
+                others_done.wait(PAUSE_SECONDS)  # without the lock, the others finish meanwhile
+        return scanning(self, receipt_handle)
+
+    monkeypatch.setattr(Message, "had_receipt_handle", paused_scan)
+
+    def delete_the_second_and_send() -> None:
+        sqs_backend.delete_message("q", received["second"])
+        sqs_backend.send_message("q", "sent meanwhile")
+        others_done.set()
+
+    # When the second is deleted and a third message sent while the first delete is under way
+    first = threading.Thread(
+        target=sqs_backend.delete_message, args=("q", received["first"]), name="first-delete"
+    )
+    first.start()
+    others = threading.Thread(target=delete_the_second_and_send)
+    others.start()
+    first.join(10)
+    others.join(10)
+
+    # Then the queue holds exactly the message sent meanwhile: not lost, no deleted one back
+    assert [m.body for m in sqs_backend.get_queue("q")._messages] == ["sent meanwhile"]

@@ -1,0 +1,60 @@
+"""Watches what is published to the template's SNS topics, through a queue subscribed to each one."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tools.local.activity import ActivityLog, Publication
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+_WAIT_SECONDS = 1
+_ERROR_PAUSE_SECONDS = 1.0
+
+
+class TopicWatcher:
+    def __init__(self, topic: str, queue_url: str, sqs: SQSClient, activity: ActivityLog) -> None:
+        self.topic = topic
+        self._queue_url = queue_url
+        self._sqs = sqs
+        self._activity = activity
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"topic-{topic}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                messages = self._sqs.receive_message(
+                    QueueUrl=self._queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=_WAIT_SECONDS
+                ).get("Messages", [])
+                for message in messages:
+                    envelope = json.loads(message["Body"])
+                    self._activity.add(
+                        Publication(
+                            topic=self.topic,
+                            message=str(envelope.get("Message", "")),
+                            subject=envelope.get("Subject"),
+                            message_id=str(envelope.get("MessageId", "")),
+                            attributes=dict(envelope.get("MessageAttributes") or {}),
+                        )
+                    )
+                    self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+            except (ClientError, BotoCoreError, json.JSONDecodeError) as exc:
+                if self._stop.is_set():
+                    return
+                self._activity.notice("warning", self.topic, f"reading published messages failed: {exc}")
+                self._stop.wait(_ERROR_PAUSE_SECONDS)
