@@ -355,9 +355,18 @@ class OutboxRecovery:
         report.found = len(images)
         ordered = in_publish_order(entries)
         result = self._publisher.publish_in_order(ordered)
-        report.published = result.confirmed
+        report.published = len(result.accepted_positions)
         if result.first_unpublished is not None:
             report.unpublished.extend(e.event_id for e in ordered[result.first_unpublished :])
+        by_event_id = {event_id_of_image(image): image for image in images}
+        for position, (code, message) in sorted(result.rejected.items()):
+            image = by_event_id[ordered[position].event_id]
+            refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
+            if park_poison:
+                self._park(image, refused, report, stream_arn)
+            else:
+                report.unpublished.append(ordered[position].event_id)
+                report.missing.append(f"event {ordered[position].event_id}: {refused.message} ({message})")
         logger.info(
             "outbox events republished",
             extra={

@@ -14,7 +14,9 @@ from shop import keys
 class FaultyEventBridge:
     """Forwards PutEvents to moto, failing chosen entries or whole calls as EventBridge would.
 
-    fail_permanently: event ids answered with a non-retryable per-entry error, every time.
+    fail_permanently: event ids answered with a non-retryable error of the account's configuration
+                      (AccessDeniedException), every time: the relay must wait for an operator.
+    reject:           event ids EventBridge refuses for what they are (MalformedDetail), every time.
     throttle_entries: event id -> how many times its entry is answered with ThrottlingException.
     throttle_calls:   how many PutEvents calls raise ThrottlingException before calls pass.
     """
@@ -23,11 +25,13 @@ class FaultyEventBridge:
         self,
         real: Any,
         fail_permanently: Iterable[str] = (),
+        reject: Iterable[str] = (),
         throttle_entries: dict[str, int] | None = None,
         throttle_calls: int = 0,
     ) -> None:
         self._real = real
         self.fail_permanently = set(fail_permanently)
+        self.reject = set(reject)
         self.throttle_entries = dict(throttle_entries or {})
         self.throttle_calls = throttle_calls
         self.calls: list[list[str]] = []  # event ids per PutEvents call, as sent
@@ -44,7 +48,9 @@ class FaultyEventBridge:
         forward: list[int] = []
         for position, event_id in enumerate(ids):
             if event_id in self.fail_permanently:
-                results[position] = {"ErrorCode": "InvalidArgument", "ErrorMessage": "injected"}
+                results[position] = {"ErrorCode": "AccessDeniedException", "ErrorMessage": "injected"}
+            elif event_id in self.reject:
+                results[position] = {"ErrorCode": "MalformedDetail", "ErrorMessage": "injected"}
             elif self.throttle_entries.get(event_id, 0) > 0:
                 self.throttle_entries[event_id] -= 1
                 results[position] = {"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"}

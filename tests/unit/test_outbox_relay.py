@@ -223,6 +223,22 @@ def test_a_naive_timestamp_is_poison_before_publishing_not_an_error_after_it(
     assert "offset" in parked["reason"]
 
 
+def test_an_entry_eventbridge_rejects_for_what_it_is_is_parked_and_the_rest_published(
+    faulty_bus, bus, poison_queue, invoke
+):
+    batch = records("relay_outbox_insert_batch.json")
+    faulty_bus.reject = {event_id(batch[4])}  # MalformedDetail: no retry or permission fixes it
+
+    failures = relay(invoke, batch)
+
+    assert failures == []
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in batch if r is not batch[4])
+    [parked] = poison_queue()
+    assert parked["eventId"] == event_id(batch[4])
+    assert parked["reason"] == "EventBridge rejected the entry: MalformedDetail"
+    assert parked["item"] == batch[4]["dynamodb"]["NewImage"]
+
+
 def test_with_two_failed_entries_in_one_call_the_checkpoint_is_the_first(faulty_bus, bus, invoke):
     batch = records("relay_outbox_insert_batch.json")
     faulty_bus.fail_permanently = {event_id(batch[3]), event_id(batch[7])}

@@ -6,8 +6,13 @@ Guarantees of publish_in_order():
   while an earlier one failed (a failed entry is retried alone; its chunk-mates are other aggregates);
 - retryable failures (throttling, internal errors) are retried with full-jitter backoff while the
   attempt budget and the invocation's remaining time allow;
+- an entry EventBridge refuses for what it is (`MalformedDetail`, `InvalidArgument`: AWS lists them as
+  non-retryable, and no retry or configuration change makes that record acceptable) is reported in
+  `rejected` and does not stop the others: the caller parks it as poison;
 - on the first failure that remains, nothing after the chunk is sent, and the position of the first
-  unpublished entry is returned, so the caller can checkpoint exactly there.
+  unpublished entry is returned, so the caller can checkpoint exactly there. Non-retryable errors of the
+  account's configuration (`AccessDeniedException`, `NotAuthorizedForSourceException`, ...) are such
+  failures: the stream waits in order until an operator fixes the permission.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from shop.outbox import OutboxEntry
 
 MAX_ENTRIES_PER_CALL = 10
 RETRYABLE_ENTRY_CODES = frozenset({"ThrottlingException", "InternalFailure", "InternalException"})
+# https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEventsResultEntry.html
+RECORD_REJECTED_CODES = frozenset({"MalformedDetail", "InvalidArgument"})
 RETRYABLE_CALL_CODES = frozenset(
     {"ThrottlingException", "InternalFailure", "InternalException", "ServiceUnavailable", "RequestTimeout"}
 )
@@ -38,6 +45,7 @@ class PublishResult:
     calls: int = 0
     failures_by_code: dict[str, int] = field(default_factory=dict)
     accepted_positions: list[int] = field(default_factory=list)
+    rejected: dict[int, tuple[str, str]] = field(default_factory=dict)  # position -> (code, message)
 
     def _count(self, code: str) -> None:
         self.failures_by_code[code] = self.failures_by_code.get(code, 0) + 1
@@ -141,7 +149,10 @@ class EventPublisher:
             retryable = True
             for position, outcome in zip(pending, response["Entries"], strict=True):
                 entry_code = outcome.get("ErrorCode")
-                if entry_code:
+                if entry_code in RECORD_REJECTED_CODES:
+                    result._count(entry_code)
+                    result.rejected[position] = (entry_code, str(outcome.get("ErrorMessage", ""))[:500])
+                elif entry_code:
                     result._count(entry_code)
                     still_failing.append(position)
                     retryable = retryable and entry_code in RETRYABLE_ENTRY_CODES

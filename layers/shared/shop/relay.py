@@ -83,6 +83,13 @@ def relay_outbox_changes(
                 "failures_by_code": result.failures_by_code,
             },
         )
+    for entry_position, (code, message) in result.rejected.items():
+        position, _ = publishable[entry_position]
+        change = changes[position]
+        assert change.new_image is not None
+        rejected = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
+        poison.append((position, _poison_record(change, rejected)))
+    poison.sort(key=lambda item: item[0])
     # Only poison before the checkpoint is parked: what follows it is redelivered and parked then,
     # so a retried batch never parks the same record twice.
     for position, record in poison:
