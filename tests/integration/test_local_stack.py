@@ -249,7 +249,13 @@ def test_exhausted_retries_send_lambdas_failure_metadata(
     assert message["requestContext"]["condition"] == "RetryAttemptsExhausted"
     assert message["requestContext"]["approximateInvokeCount"] == 2, "the first attempt and one retry"
     assert message["requestContext"]["functionArn"].endswith(":function:probe-ProbeStreamFunction")
-    assert message["responseContext"] == {"statusCode": 200, "executedVersion": "$LATEST"}
+    # A reported failure is no function error: AWS sends functionError null, not no functionError
+    # (https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html).
+    assert message["responseContext"] == {
+        "statusCode": 200,
+        "executedVersion": "$LATEST",
+        "functionError": None,
+    }
     info = message["DDBStreamBatchInfo"]
     assert info["startSequenceNumber"] == info["endSequenceNumber"] == sequence
     assert info["batchSize"] == 1

@@ -3,11 +3,24 @@
 Per lane of a shard, in order, one batch at a time: records are read (4 times a second as Lambda does,
 and at once after any function invocation, since it may have written to the table), shaped exactly as
 Lambda delivers them, filtered (filtered-out records are dropped for good), batched (BatchSize,
-MaximumBatchingWindowInSeconds) and handed to the function. Failures follow Lambda's rules:
-ReportBatchItemFailures checkpoints at the lowest failed sequence number, BisectBatchOnFunctionError
-splits a failing batch (splits do not count as retries), MaximumRetryAttempts and
-MaximumRecordAgeInSeconds discard records, and discarded batches are described to the OnFailure
-destination with the metadata message Lambda sends. A child shard waits until its parent is done.
+MaximumBatchingWindowInSeconds) and handed to the function. The lane keeps reading while its batch is
+being processed, so it knows when each record arrived. A child shard waits until its parent is done.
+
+Failures follow what AWS documents (tests/conformance/test_stream_event_source.py checks each rule):
+- "Configuring partial batch response with DynamoDB and Lambda",
+  https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html: with
+  ReportBatchItemFailures an empty or null batchItemFailures, or an empty or null response, is a complete
+  success; an empty, null or missing (wrongly keyed) itemIdentifier is a complete failure, the whole batch
+  retried; otherwise the checkpoint is the lowest returned sequence number and the records from there are
+  retried as one batch, also with BisectBatchOnFunctionError ("the batch is bisected at the returned
+  sequence number and Lambda retries only the remaining records"). Each of these retries counts toward
+  MaximumRetryAttempts.
+- "Retain discarded records for a DynamoDB event source in Lambda",
+  https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html: a function error (an
+  exception, a timeout) with BisectBatchOnFunctionError splits the batch in two, and splitting does not
+  consume the retry quota; records past MaximumRetryAttempts, or older than MaximumRecordAgeInSeconds since
+  they arrived in the stream, are discarded and their batch described to the OnFailure destination in the
+  document Lambda sends (no record contents).
 
 A shard has one lane, which takes every record, unless the mapping's ParallelizationFactor is N > 1.
 Lambda then processes up to N batches of one shard concurrently and still keeps each item's records
@@ -50,6 +63,8 @@ DISCOVERY_INTERVAL_SECONDS = 1.0
 _GET_RECORDS_LIMIT = 1000
 _MAX_BACKOFF_SECONDS = 2.0
 _ERROR_PAUSE_SECONDS = 1.0
+# A lane reads ahead of its batches (to know when records arrived) up to this many records.
+_READ_AHEAD_RECORDS = 10_000
 # DynamoDB Local moves an empty shard's start to the first record it gets (sequence numbers are global
 # across tables), so an iterator taken on an empty shard reads as "trimmed": renew it from our position.
 _RENEW_ITERATOR_ON = frozenset({"ExpiredIteratorException", "TrimmedDataAccessException"})
@@ -74,6 +89,17 @@ def lambda_stream_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]
     # The ARN stays DynamoDB Local's own, so code that reads the stream back (redrive) can use it.
     record["eventSourceARN"] = stream_arn
     return record
+
+
+def arrival_time(created: float, read_at: float) -> float:
+    """When a record arrived in the stream, from its ApproximateCreationDateTime and when it was first read.
+
+    ApproximateCreationDateTime is the arrival rounded down: to the second on AWS, to the minute by
+    DynamoDB Local. The record arrived before it was read, which a lane does within a poll interval of its
+    arrival while the stack runs; records that arrived while it was stopped are bounded by the rounding.
+    """
+    rounding = 60.0 if created % 60 == 0 else 1.0
+    return max(created, min(read_at, created + rounding))
 
 
 def item_lane(record: dict[str, Any], lanes: int) -> int:
@@ -115,8 +141,16 @@ class _Pending:
     record: dict[str, Any]
     sequence_number: str
     created_at: float  # ApproximateCreationDateTime (DynamoDB Local rounds it down to the minute)
-    seen_at: float  # wall clock when first read: the basis of record age locally
+    arrived_at: float  # when it arrived in the stream (arrival_time): the basis of its age
     seen_monotonic: float
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """The last failed invocation of the batch at a lane's head: the OnFailure document describes it."""
+
+    result: InvocationResult
+    function_error: bool
 
 
 @dataclass
@@ -134,7 +168,8 @@ class _Lane:
     pending: list[_Pending] = field(default_factory=list)
     # Sizes of the next batches while a failing batch is being bisected.
     planned: list[int] = field(default_factory=list)
-    attempts: int = 0  # failed invocations of the batch at the head (bisection excluded)
+    attempts: int = 0  # retries of the batch at the head: failed invocations, bisection excluded
+    last_failure: _Failure | None = None
     retry_at: float = 0.0
     next_fetch_at: float = 0.0
     last_sequence: str | None = None
@@ -159,7 +194,8 @@ class _Shard:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """How a batch ended: all done, a checkpoint after `succeeded` records, or a function error."""
+    """How a batch ended: all done, or a checkpoint after `succeeded` records (0: a complete failure);
+    `function_error` when the invocation itself failed (not a failure the function reported)."""
 
     succeeded: int
     function_error: bool
@@ -357,7 +393,7 @@ class StreamPoller:
                 self.filtered_out += 1  # Lambda drops filtered-out records for good
                 continue
             created = float(record["dynamodb"].get("ApproximateCreationDateTime", now_wall))
-            lane.pending.append(_Pending(record, sequence, created, now_wall, now))
+            lane.pending.append(_Pending(record, sequence, created, arrival_time(created, now_wall), now))
         lane.next_fetch_at = now if raw_records else now + POLL_INTERVAL_SECONDS
         return bool(raw_records)
 
@@ -372,13 +408,15 @@ class StreamPoller:
     # --- batches ----------------------------------------------------------------------------------
     def _step(self, lane: _Lane) -> bool:
         """Read and invoke at most once for this lane; True when something happened."""
-        if lane.in_flight:
-            return False  # one batch at a time per lane: the next one waits for this one's outcome
         source = self.source
         progressed = False
         now = time.monotonic()
-        if lane.iterator is not None and len(lane.pending) < source.batch_size and now >= lane.next_fetch_at:
+        read_ahead = max(source.batch_size, _READ_AHEAD_RECORDS)
+        if lane.iterator is not None and len(lane.pending) < read_ahead and now >= lane.next_fetch_at:
+            # Also while a batch is in flight: a record's age counts from its arrival, not from its turn.
             progressed = self._fetch(lane)
+        if lane.in_flight:
+            return progressed  # one batch at a time per lane: the next one waits for this one's outcome
         if not lane.pending or time.monotonic() < lane.retry_at:
             return progressed
         waited = time.monotonic() - lane.pending[0].seen_monotonic
@@ -392,14 +430,8 @@ class StreamPoller:
         if self._discard_expired(lane):
             return True
         size = lane.planned[0] if lane.planned else min(source.batch_size, len(lane.pending))
-        batch = lane.pending[:size]
-        if self._lanes_per_shard > 1:
-            self._invoke_apart(lane, batch)  # the other lanes go on meanwhile
-            return True
-        result = self._function.invoke({"Records": [p.record for p in batch]})
-        if self._stop.is_set():
-            return True  # interrupted by shutdown: the batch was not processed, nothing to settle
-        self._finish(lane, batch, result)
+        # The other lanes, and this lane's reads, go on meanwhile.
+        self._invoke_apart(lane, lane.pending[:size])
         return True
 
     def _finish(self, lane: _Lane, batch: list[_Pending], result: InvocationResult) -> None:
@@ -408,7 +440,8 @@ class StreamPoller:
         self._settle(lane, batch, result, outcome)
 
     def _invoke_apart(self, lane: _Lane, batch: list[_Pending]) -> None:
-        """Invoke a lane's batch in a thread of its own; the poller settles it when it returns."""
+        """Invoke a lane's batch in a thread of its own; the poller settles it when it returns (at
+        shutdown it is not settled: the batch was not processed)."""
         lane.in_flight = True
         thread = threading.Thread(
             target=self._invoke_batch,
@@ -455,14 +488,16 @@ class StreamPoller:
         payload = result.payload
         failures = payload.get("batchItemFailures") if isinstance(payload, dict) else None
         if not failures:
+            # An empty or null batchItemFailures, an empty or null response: a complete success.
             return _Outcome(succeeded=len(batch), function_error=False)
         positions = {p.sequence_number: index for index, p in enumerate(batch)}
         failed: list[int] = []
         for failure in failures if isinstance(failures, list) else [None]:
             identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
             if not isinstance(identifier, str) or identifier not in positions:
-                # Lambda treats an empty, null or unknown identifier as a failure of the whole batch.
-                return _Outcome(succeeded=0, function_error=True, failed_ids=everything)
+                # An empty, null or missing (wrongly keyed) itemIdentifier, or one that is not in the
+                # batch: a complete failure, the whole batch retried. The function did not fail.
+                return _Outcome(succeeded=0, function_error=False, failed_ids=everything)
             failed.append(positions[identifier])
         reported = tuple(batch[index].sequence_number for index in sorted(set(failed)))
         return _Outcome(succeeded=min(failed), function_error=False, failed_ids=reported)
@@ -470,63 +505,72 @@ class StreamPoller:
     def _settle(
         self, lane: _Lane, batch: list[_Pending], result: InvocationResult, outcome: _Outcome
     ) -> None:
+        if lane.planned:
+            lane.planned.pop(0)
         if outcome.succeeded == len(batch):
             self._done_with(lane, len(batch))
-            if lane.planned:
-                lane.planned.pop(0)
-            lane.attempts = 0
+            lane.attempts, lane.last_failure = 0, None
             return
+        lane.last_failure = _Failure(result, outcome.function_error)
+        if outcome.function_error and self.source.bisect_on_error and len(batch) > 1:
+            # BisectBatchOnFunctionError: a failed invocation splits the batch in two, whatever
+            # ReportBatchItemFailures says; "splitting batches doesn't consume the retry quota"
+            # (https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html).
+            first = (len(batch) + 1) // 2
+            lane.planned[:0] = [first, len(batch) - first]
+            lane.retry_at = 0.0
+            return
+        # A partial batch response checkpoints at the lowest returned sequence number and retries the
+        # remaining records as one batch; with BisectBatchOnFunctionError too ("the batch is bisected at
+        # the returned sequence number and Lambda retries only the remaining records",
+        # https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html). A complete
+        # failure, or a function error that is not split, retries the whole batch. Either is a retry.
         if outcome.succeeded:
-            # Checkpoint: everything before the lowest failed record is done for good.
+            # Everything before the checkpoint is done for good; the retries count from the checkpoint
+            # (AWS does not document whether progress resets the count).
             self._done_with(lane, outcome.succeeded)
             lane.attempts = 0
         remaining = len(batch) - outcome.succeeded
-        if lane.planned:
-            lane.planned.pop(0)
-        if self.source.bisect_on_error and remaining > 1:
-            first = (remaining + 1) // 2
-            lane.planned[:0] = [first, remaining - first]
-            lane.retry_at = 0.0
-            return
         lane.attempts += 1
         retries = self.source.maximum_retry_attempts
         if retries >= 0 and lane.attempts > retries:
             failed = lane.pending[:remaining]
             self._done_with(lane, remaining)
-            self._send_to_destination(
-                lane, failed, "RetryAttemptsExhausted", lane.attempts, result, outcome.function_error
-            )
-            lane.attempts = 0
+            self._send_to_destination(lane, failed, "RetryAttemptsExhausted")
+            lane.attempts, lane.last_failure = 0, None
             return
         lane.planned.insert(0, remaining)
         lane.retry_at = time.monotonic() + min(0.1 * 2 ** (lane.attempts - 1), _MAX_BACKOFF_SECONDS)
 
     def _discard_expired(self, lane: _Lane) -> bool:
+        """Discard the next batch's leading records older than MaximumRecordAgeInSeconds since they arrived
+        in the stream; True if there were any (one OnFailure document per discarded batch)."""
         limit = self.source.maximum_record_age_seconds
         if limit < 0:
             return False
         now = time.time()
+        head = lane.planned[0] if lane.planned else self.source.batch_size
         count = 0
-        while count < len(lane.pending) and now - lane.pending[count].seen_at > limit:
+        while count < min(head, len(lane.pending)) and now - lane.pending[count].arrived_at > limit:
             count += 1
         if not count:
             return False
         expired = lane.pending[:count]
         self._done_with(lane, count)
-        lane.planned.clear()
-        self._send_to_destination(lane, expired, "RecordAgeExceeded", lane.attempts, None, False)
-        lane.attempts = 0
+        self._send_to_destination(lane, expired, "RecordAgeExceeded")
+        if lane.planned and lane.planned[0] > count:
+            lane.planned[0] -= count  # the rest of a batch being retried is still that batch
+        else:
+            if lane.planned:
+                lane.planned.pop(0)
+            lane.attempts, lane.last_failure = 0, None
         return True
 
-    def _send_to_destination(
-        self,
-        lane: _Lane,
-        batch: list[_Pending],
-        condition: str,
-        attempts: int,
-        last: InvocationResult | None,
-        function_error: bool,
-    ) -> None:
+    def _send_to_destination(self, lane: _Lane, batch: list[_Pending], condition: str) -> None:
+        """The document Lambda sends to a stream mapping's OnFailure destination, as in the example
+        invocation record of https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html:
+        metadata only, batchSize the records of the failed batch (after filtering), functionError null
+        when the function returned (a reported failure) and "Unhandled" when it failed."""
         arn = self.source.on_failure_arn
         first, last_record = batch[0], batch[-1]
         summary = (
@@ -537,17 +581,19 @@ class StreamPoller:
                 "error", self.source.label, f"discarded {summary}; no OnFailure destination"
             )
             return
-        response_context: dict[str, Any] = {"statusCode": 200, "executedVersion": "$LATEST"}
-        if function_error:
-            response_context["functionError"] = "Unhandled"
+        failure = lane.last_failure
         message = {
             "requestContext": {
-                "requestId": last.request_id if last is not None else str(uuid.uuid4()),
+                "requestId": failure.result.request_id if failure is not None else str(uuid.uuid4()),
                 "functionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self._function.physical_name}",
                 "condition": condition,
-                "approximateInvokeCount": attempts,
+                "approximateInvokeCount": lane.attempts,
             },
-            "responseContext": response_context,
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                "functionError": "Unhandled" if failure is not None and failure.function_error else None,
+            },
             "version": "1.0",
             "timestamp": _iso(time.time(), milliseconds=True),
             "DDBStreamBatchInfo": {
