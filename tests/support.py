@@ -69,3 +69,16 @@ def header(response: dict[str, Any], name: str) -> str | None:
 
 
 __all__ = ["ROOT", "LambdaContext", "Path"]
+
+
+def stream_table_resource() -> dict[str, Any]:
+    """A test-only table definition: hash key PK, its stream on (NEW_IMAGE), on demand."""
+    return {
+        "Type": "AWS::DynamoDB::Table",
+        "Properties": {
+            "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": [{"AttributeName": "PK", "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": "PK", "KeyType": "HASH"}],
+            "StreamSpecification": {"StreamViewType": "NEW_IMAGE"},
+        },
+    }

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import start_stack, stop_stack
+from tests.support import stream_table_resource
 from tools.local.activity import Invocation
 from tools.local.services import LocalServices
 from tools.local.stack import LocalStack, StackOptions
@@ -239,17 +240,6 @@ def answer_template(code_dir: Path) -> Template:
     """AnswerFunction reads AnswerTable (no bisect) and AnswerBisectTable (BisectBatchOnFunctionError),
     both with ReportBatchItemFailures, BatchSize 10, MaximumRetryAttempts 1, OnFailure AnswerFailureQueue."""
 
-    def table() -> dict[str, Any]:
-        return {
-            "Type": "AWS::DynamoDB::Table",
-            "Properties": {
-                "BillingMode": "PAY_PER_REQUEST",
-                "AttributeDefinitions": [{"AttributeName": "PK", "AttributeType": "S"}],
-                "KeySchema": [{"AttributeName": "PK", "KeyType": "HASH"}],
-                "StreamSpecification": {"StreamViewType": "NEW_IMAGE"},
-            },
-        }
-
     def mapping(table: str, **more: Any) -> dict[str, Any]:
         properties = {
             "Stream": {"Fn::GetAtt": [table, "StreamArn"]},
@@ -265,8 +255,8 @@ def answer_template(code_dir: Path) -> Template:
         return {"Type": "DynamoDB", "Properties": properties}
 
     resources = {
-        "AnswerTable": table(),
-        "AnswerBisectTable": table(),
+        "AnswerTable": stream_table_resource(),
+        "AnswerBisectTable": stream_table_resource(),
         "AnswerFailureQueue": {"Type": "AWS::SQS::Queue"},
         ANSWERS: {
             "Type": "AWS::Serverless::Function",

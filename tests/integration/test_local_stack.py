@@ -21,7 +21,7 @@ import yaml
 
 from shop import keys
 from tests.integration.conftest import probe_template_data, start_stack, stop_stack
-from tests.support import load_event
+from tests.support import load_event, stream_table_resource
 from tools.local.activity import Invocation
 from tools.local.functions import function_environment
 from tools.local.invoke import invoke, write_state
@@ -573,15 +573,7 @@ def concurrency_template(code_dir: Path) -> Template:
 
     resources = {
         "SlowQueue": {"Type": "AWS::SQS::Queue", "Properties": {"VisibilityTimeout": 30}},
-        "SlowTable": {
-            "Type": "AWS::DynamoDB::Table",
-            "Properties": {
-                "BillingMode": "PAY_PER_REQUEST",
-                "AttributeDefinitions": [{"AttributeName": "PK", "AttributeType": "S"}],
-                "KeySchema": [{"AttributeName": "PK", "KeyType": "HASH"}],
-                "StreamSpecification": {"StreamViewType": "NEW_IMAGE"},
-            },
-        },
+        "SlowTable": stream_table_resource(),
         "SlowFunction": function(
             {
                 "Slow": {"Type": "Api", "Properties": {"Path": "/slow", "Method": "get"}},
