@@ -193,3 +193,8 @@ chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redr
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos full-batch
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos stale-redrive
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos replay
+
+# --- generated docs (tools/docs) -----------------------------------------------------------------------
+.PHONY: docs
+docs: $(STAMP) ## regenerate reference tables, events table and docs/asyncapi.yaml from template.yaml and the code
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs

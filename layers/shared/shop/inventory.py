@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from shop.envelope import CloudEvent, format_time, now
 from shop.errors import InvalidEnvelope
+from shop.event_types import Rejection, ReservationData
 from shop.orders import ORDER_CANCELLED, ORDER_CREATED
 
 EVENT_SOURCE = "shop.inventory"
@@ -41,19 +42,19 @@ class Reservation:
     version: int  # sequence of this reservation's own events
     updated_at: str
 
-    def event(self, event_type: str, cause: CloudEvent, extra: dict[str, Any] | None = None) -> CloudEvent:
+    def event(self, event_type: str, cause: CloudEvent, extra: Rejection | None = None) -> CloudEvent:
+        data: ReservationData = {
+            "orderId": self.order_id,
+            "orderSequence": self.order_sequence,
+            "status": str(self.status),
+            "lines": [{"sku": sku, "quantity": quantity} for sku, quantity in self.lines],
+        }
         return CloudEvent.new(
             source=EVENT_SOURCE,
             type=event_type,
             subject=self.order_id,
             sequence=self.version,
-            data={
-                "orderId": self.order_id,
-                "orderSequence": self.order_sequence,
-                "status": str(self.status),
-                "lines": [{"sku": sku, "quantity": quantity} for sku, quantity in self.lines],
-                **(extra or {}),
-            },
+            data={**data, **(extra or {})},
             correlation_id=cause.correlationid,
             causation_id=cause.id,
         )
@@ -117,7 +118,7 @@ class InventoryService:
             self._repository.reserve(reservation, reservation.event(INVENTORY_RESERVED, event))
         except InsufficientStock as short:
             rejected = replace(reservation, status=ReservationStatus.REJECTED)
-            extra = {"reason": "INSUFFICIENT_STOCK", "shortSkus": short.skus}
+            extra: Rejection = {"reason": "INSUFFICIENT_STOCK", "shortSkus": short.skus}
             try:
                 self._repository.record_new(rejected, rejected.event(INVENTORY_REJECTED, event, extra))
             except ReservationChanged:

@@ -20,6 +20,7 @@ from shop.errors import (
     OrderNotFound,
     RequestInProgress,
 )
+from shop.event_types import OrderData, OrderItemData
 from shop.outbox import ensure_publishable
 
 EVENT_SOURCE = "shop.orders"
@@ -67,7 +68,7 @@ class OrderLine:
     def line_total(self) -> int:
         return self.quantity * self.unit_price
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> OrderItemData:
         return {
             "sku": self.sku,
             "quantity": self.quantity,
@@ -101,7 +102,7 @@ class Order:
 
     def to_dict(self) -> dict[str, Any]:
         """The public representation: the API response body and the data of order events."""
-        return {
+        data: OrderData = {
             "orderId": self.order_id,
             "customerId": self.customer_id,
             "currency": self.currency,
@@ -112,6 +113,7 @@ class Order:
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }
+        return dict(data)
 
     def event(self, event_type: str, correlation_id: str, causation_id: str | None = None) -> CloudEvent:
         return CloudEvent.new(

@@ -1,0 +1,271 @@
+"""The generated docs (tools/docs): current, faithful to the template however it is written, and true to
+the events the domain really builds."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from types import ModuleType
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]  # no stubs in .venv; only validates here
+import pytest
+import yaml
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT7
+
+from shop import inventory, orders
+from shop.config import Settings
+from shop.envelope import CloudEvent
+from shop.event_types import EVENT_TYPES, ORDER_STATUSES, RESERVATION_STATUSES
+from shop.inventory import InventoryService, ReservationStatus
+from shop.inventory_repository import DynamoInventoryRepository
+from shop.order_repository import DynamoOrderRepository
+from shop.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
+from shop.saga import OrderStatusPolicy
+from tools.docs import asyncapi, pages, reference
+from tools.docs.cfn import ExpandedTemplate
+from tools.docs.domain import ROOT
+from tools.local.template import Template
+
+
+@pytest.fixture(scope="module")
+def expanded() -> ExpandedTemplate:
+    return ExpandedTemplate.load()
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(pages.ASYNCAPI.read_text())
+    return loaded
+
+
+# --- currency ------------------------------------------------------------------------------------------
+def test_committed_docs_are_what_the_generator_writes(expanded: ExpandedTemplate):
+    for path, text in pages.expected(expanded).items():
+        assert path.read_text() == text, f"{path.relative_to(ROOT)} is stale: run `make docs`"
+
+
+def test_a_changed_table_cell_is_put_back_and_prose_is_kept(expanded: ExpandedTemplate):
+    page = pages.REFERENCE.read_text()
+    edited = page.replace("`AWS::SQS::Queue`: Inventory consumer queue.", "`AWS::SQS::Queue`: a queue.")
+    edited = edited.replace(
+        "Each function has its own execution role", "Each function has its OWN execution role"
+    )
+    assert edited != page
+    regenerated = pages.generators(expanded)[pages.REFERENCE](edited)
+    assert "`AWS::SQS::Queue`: Inventory consumer queue." in regenerated
+    assert "its OWN execution role" in regenerated  # prose outside the markers is the page's own
+
+
+# --- the template however it is written ---------------------------------------------------------------
+CONSUMERS = ("Inventory", "OrderStatus", "Notification")
+
+
+def looped(raw: dict[str, Any], suffixes: tuple[str, ...]) -> dict[str, Any]:
+    """The template with each consumer's `<Name><suffix>` resources made by one Fn::ForEach loop."""
+    data = copy.deepcopy(raw)
+    resources = data["Resources"]
+    for suffix in suffixes:
+        bodies = {json.dumps(resources.pop(f"{n}{suffix}")).replace(n, "${Name}") for n in CONSUMERS}
+        [body] = bodies  # each consumer's resource is the same but for its name
+        resources[f"Fn::ForEach::{suffix}"] = [
+            "Name",
+            list(CONSUMERS),
+            {f"${{Name}}{suffix}": json.loads(body)},
+        ]
+    return data
+
+
+def with_role_policies(raw: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """Every other statement of each role moved into an AWS::IAM::RolePolicy attached to it."""
+    data = copy.deepcopy(raw)
+    added: set[str] = set()
+    for name, resource in list(data["Resources"].items()):
+        if not isinstance(resource, dict) or resource.get("Type") != "AWS::IAM::Role":
+            continue
+        for policy in resource["Properties"].get("Policies", []):
+            statements = policy["PolicyDocument"]["Statement"]
+            policy["PolicyDocument"]["Statement"] = statements[0::2]
+            data["Resources"][f"{name}Extra"] = {
+                "Type": "AWS::IAM::RolePolicy",
+                "Properties": {
+                    "PolicyName": "extra",
+                    "RoleName": {"Ref": name},
+                    "PolicyDocument": {"Version": "2012-10-17", "Statement": statements[1::2]},
+                },
+            }
+            added.add(f"{name}Extra")
+    return data, added
+
+
+def test_a_template_made_with_foreach_gives_the_same_docs(expanded: ExpandedTemplate):
+    raw = looped(expanded.raw, ("Queue", "DeadLetterQueue", "QueuePolicy"))
+    assert any(key.startswith("Fn::ForEach::") for key in raw["Resources"])
+    foreach = ExpandedTemplate(raw)
+    assert set(foreach.resources) == set(expanded.resources)
+    assert reference.tables(foreach) == reference.tables(expanded)
+    assert asyncapi.events_table(foreach) == asyncapi.events_table(expanded)
+    assert asyncapi.document(foreach) == asyncapi.document(expanded)
+
+
+def test_role_policy_statements_are_listed_under_their_role(expanded: ExpandedTemplate):
+    raw, added = with_role_policies(expanded.raw)
+    split = ExpandedTemplate(raw)
+    assert len(added) == len(expanded.functions())
+    assert reference.permissions_table(split) == reference.permissions_table(expanded)
+    before = set(reference.resources_table(expanded).splitlines())
+    after = set(reference.resources_table(split).splitlines())
+    assert before <= after
+    assert {re.findall(r"`([^`]+)`", row)[0] for row in after - before} == added
+    assert all("`AWS::IAM::RolePolicy`: Permissions of `" in row for row in after - before)
+
+
+# --- the events the domain builds ----------------------------------------------------------------------
+class Recording:
+    """A repository that remembers every event it has written (a failed write's event is not emitted)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.events: list[CloudEvent] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._real, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = attribute(*args, **kwargs)
+            self.events.extend(a for a in (*args, *kwargs.values()) if isinstance(a, CloudEvent))
+            return result
+
+        return call
+
+
+def emitted_by_the_saga(template: Template, monkeypatch: pytest.MonkeyPatch) -> list[CloudEvent]:
+    """Every path of the saga once: an order confirmed then cancelled, and an order rejected."""
+    monkeypatch.setenv("ORDERS_TABLE_NAME", template.physical_name("OrdersTable"))
+    monkeypatch.setenv("INVENTORY_TABLE_NAME", template.physical_name("InventoryTable"))
+    settings = Settings.from_env()
+    order_store = Recording(DynamoOrderRepository(settings))
+    stock_store = Recording(DynamoInventoryRepository(settings))
+    stock_store.set_stock("SKU-RED-MUG", 5)
+    order_service = OrderService(order_store, settings)
+    stock = InventoryService(stock_store)
+    status = OrderStatusPolicy(order_service)
+
+    def place(quantity: int) -> CloudEvent:
+        order_service.place_order(
+            PlaceOrder("c-1", "USD", (OrderLine("SKU-RED-MUG", quantity, 1250),)),
+            idempotency_key=None,
+            correlation_id=f"corr-{quantity}",
+        )
+        return order_store.events[-1]
+
+    created = place(2)
+    stock.apply(created)  # InventoryReserved
+    status.apply(stock_store.events[-1])  # OrderConfirmed
+    order_service.cancel_order(created.subject, correlation_id="corr-cancel")
+    stock.apply(order_store.events[-1])  # InventoryReleased
+    stock.apply(place(50))  # more than the stock: InventoryRejected
+    status.apply(stock_store.events[-1])  # OrderRejected
+    return order_store.events + stock_store.events
+
+
+def payload_validator(document: dict[str, Any], message: str) -> jsonschema.Draft7Validator:
+    """A validator of one message's payload, resolving the document's own $refs."""
+    registry: Registry[Any] = Registry().with_resource(
+        "urn:asyncapi", Resource.from_contents(document, default_specification=DRAFT7)
+    )
+    return jsonschema.Draft7Validator(
+        {"$ref": f"urn:asyncapi#/components/messages/{message}/payload"},
+        registry=registry,
+        format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER,
+    )
+
+
+def test_every_event_the_domain_emits_has_a_message_its_envelope_validates_against(
+    aws: None, template: Template, monkeypatch: pytest.MonkeyPatch, document: dict[str, Any]
+):
+    events = emitted_by_the_saga(template, monkeypatch)
+    messages = document["components"]["messages"]
+    assert {e.type for e in events} == {t.name for t in EVENT_TYPES} == set(messages)
+    for event in events:
+        envelope = json.loads(event.to_json())
+        payload_validator(document, event.type).validate(envelope)
+
+
+def test_message_schemas_refuse_what_the_domain_does_not_send(
+    aws: None, template: Template, monkeypatch: pytest.MonkeyPatch, document: dict[str, Any]
+):
+    events = {e.type: json.loads(e.to_json()) for e in emitted_by_the_saga(template, monkeypatch)}
+    created, rejected = events["OrderCreated"], events["InventoryRejected"]
+    wrong: list[tuple[str, dict[str, Any]]] = [
+        ("OrderCreated", {**created, "data": {k: v for k, v in created["data"].items() if k != "currency"}}),
+        ("OrderCreated", {**created, "data": {**created["data"], "discount": 5}}),
+        ("OrderCreated", {**created, "source": "shop.inventory"}),
+        ("OrderCreated", {**created, "sequence": 0}),
+        ("OrderCreated", {k: v for k, v in created.items() if k != "correlationid"}),
+        ("OrderCreated", {**created, "trace": "x"}),
+        ("OrderConfirmed", created),
+        ("InventoryRejected", {**rejected, "data": {**rejected["data"], "shortSkus": []}}),
+        ("InventoryReserved", {**rejected, "type": "InventoryReserved"}),  # a reason it does not carry
+    ]
+    for message, envelope in wrong:
+        assert not payload_validator(document, message).is_valid(envelope), (message, envelope)
+
+
+def camel_case_constants(module: ModuleType) -> set[str]:
+    return {
+        value
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"(?:[A-Z][a-z]+){2,}", value)
+    }
+
+
+def test_every_event_type_and_source_the_domain_names_is_declared():
+    declared = {t.name for t in EVENT_TYPES}
+    assert camel_case_constants(orders) | camel_case_constants(inventory) == declared
+    assert {orders.EVENT_SOURCE, inventory.EVENT_SOURCE} == {t.source for t in EVENT_TYPES}
+
+
+def test_declared_statuses_are_the_domains():
+    assert tuple(OrderStatus) == ORDER_STATUSES
+    assert set(RESERVATION_STATUSES) == set(ReservationStatus) - {ReservationStatus.CANCELLED}
+
+
+def inlined(schema: Any, schemas: dict[str, Any]) -> Any:
+    """A schema with its #/components/schemas/ references replaced by what they name, descriptions dropped."""
+    if isinstance(schema, dict):
+        if set(schema) == {"$ref"}:
+            return inlined(schemas[schema["$ref"].rsplit("/", 1)[1]], schemas)
+        return {k: inlined(v, schemas) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [inlined(v, schemas) for v in schema]
+    return schema
+
+
+def test_order_events_carry_the_apis_order_representation(document: dict[str, Any]):
+    api_schemas = json.loads((ROOT / "tools" / "chaos" / "openapi.json").read_text())["components"]["schemas"]
+    event_schemas = document["components"]["schemas"]
+    assert inlined(event_schemas["OrderData"], event_schemas) == inlined(api_schemas["Order"], api_schemas)
+
+
+def test_each_rule_receives_the_messages_its_pattern_selects(
+    expanded: ExpandedTemplate, document: dict[str, Any]
+):
+    received = {
+        name: [m["$ref"].rsplit("/", 1)[1] for m in op["messages"]]
+        for name, op in document["operations"].items()
+        if op["action"] == "receive"
+    }
+    assert set(received) == set(expanded.rules_on_bus())
+    for rule, names in received.items():
+        pattern = expanded.properties(rule)["EventPattern"]
+        for name in names:
+            message = document["components"]["messages"][name]
+            assert message["x-eventbridge"]["source"] in pattern["source"], (rule, name)
+            assert name in pattern["detail-type"], (rule, name)
+    [send] = [op for op in document["operations"].values() if op["action"] == "send"]
+    assert len(send["messages"]) == len(EVENT_TYPES)

@@ -1,0 +1,16 @@
+"""Generated documentation: what docs/ says about template.yaml and the bus events, derived, never copied.
+
+`python -m tools.docs` (`make docs`) writes, `python -m tools.docs --check` exits 1 naming each stale file:
+
+- docs/reference.md  the marked tables: resources by type with their purpose, outputs, and each
+                     function's permissions, from template.yaml read through SAM CLI's
+                     AWS::LanguageExtensions expansion (Fn::ForEach, conditions, parameter defaults)
+- docs/asyncapi.yaml AsyncAPI 3.0: the bus as one channel, one message per event type (the CloudEvents
+                     envelope of shop.envelope, `data` from shop.event_types), the relay's send and
+                     each EventBridge rule's receive operation
+- docs/events.md     the marked table of event types, their sources and the rules that receive them
+
+Modules: cfn (the expanded template and what it grants), schema (TypedDict -> JSON Schema),
+reference, asyncapi, pages (which file holds what), domain (the one place that imports `shop`).
+tests/unit/test_generated_docs.py checks that the committed files are what this package generates.
+"""
