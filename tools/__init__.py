@@ -3,7 +3,7 @@
 - tools.local  the docker-free local stack built from template.yaml (`make local`, the test stacks)
 - tools.chaos  fault injection, invariants, recovery scenarios, API fuzzing (`make chaos`, `make fuzz`)
 - tools.bench  relay efficiency, latency, cold start, write cost (`make bench`)
-- tools.docs   the reference tables, events table and AsyncAPI document generated from the template and code (`make docs`)
+- tools.docs   reference tables, events table and AsyncAPI document, generated (`make docs`)
 
 tools.chaos and tools.bench drive tools.local; tools.local imports nothing of theirs.
 """

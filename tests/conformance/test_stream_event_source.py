@@ -9,10 +9,14 @@ AWS Lambda developer guide:
   (https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html): retries, record age,
   bisecting on function errors ("Splitting batches doesn't consume the retry quota") and the document
   sent to the OnFailure destination (its example invocation record).
+  The same page separates errors before the function is invoked from errors during the invocation: a
+  mapping unable to invoke the function because of throttling retries until the records expire or exceed
+  MaximumRecordAgeInSeconds; only a function that was invoked and returned an error is held to
+  MaximumRetryAttempts.
 - "Understanding retry behavior in Lambda" (https://docs.aws.amazon.com/lambda/latest/dg/invocation-retries.html):
   a stream mapping retries the batch and blocks the shard until the error is resolved or the records expire.
 
-Two stacks:
+Three stacks:
 - `probe_stack` (tests/conftest.py) with the mappings tests/integration/probe/fragment.yaml adds for
   these tests, each on a table and OnFailure queue of its own: ProbeBisectMapping (BatchSize 10,
   BisectBatchOnFunctionError, ReportBatchItemFailures, MaximumRetryAttempts 1, a filter on kind "probe")
@@ -20,6 +24,8 @@ Two stacks:
   each record's `action` chooses what it does (tests/integration/probe/handlers.py).
 - `answer_stack` (here): a function whose answer a record spells out, for the answers the probe handler
   cannot give (an empty or null itemIdentifier, one under a wrong key, a null response).
+- `throttle_stack` (here): functions whose reserved concurrency is used up, for invocations throttled
+  before the function runs.
 """
 
 from __future__ import annotations
@@ -35,12 +41,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import start_stack, stop_stack
+from tests.conformance.stacks import (
+    HOLDING_HANDLER,
+    HOLDING_MODULE,
+    function_resource,
+    reserved_concurrency_in_use,
+    running_stack,
+)
 from tests.support import stream_table_resource
 from tools.local.activity import Invocation
 from tools.local.services import LocalServices
-from tools.local.stack import LocalStack, StackOptions
-from tools.local.template import Template
+from tools.local.stack import LocalStack
 
 WAIT_SECONDS = 20
 PROBE = "ProbeStreamFunction"
@@ -236,7 +247,7 @@ def handler(event, context):
 """
 
 
-def answer_template(code_dir: Path) -> Template:
+def answer_resources(code_dir: Path) -> dict[str, Any]:
     """AnswerFunction reads AnswerTable (no bisect) and AnswerBisectTable (BisectBatchOnFunctionError),
     both with ReportBatchItemFailures, BatchSize 10, MaximumRetryAttempts 1, OnFailure AnswerFailureQueue."""
 
@@ -254,7 +265,7 @@ def answer_template(code_dir: Path) -> Template:
         }
         return {"Type": "DynamoDB", "Properties": properties}
 
-    resources = {
+    return {
         "AnswerTable": stream_table_resource(),
         "AnswerBisectTable": stream_table_resource(),
         "AnswerFailureQueue": {"Type": "AWS::SQS::Queue"},
@@ -273,19 +284,16 @@ def answer_template(code_dir: Path) -> Template:
             },
         },
     }
-    return Template({"Resources": resources}, stack_name="answers")
 
 
 @pytest.fixture(scope="module")
 def answer_stack(
     local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalStack]:
-    code_dir = tmp_path_factory.mktemp("answer-code")
-    (code_dir / "answers.py").write_text(ANSWER_HANDLER)
-    options = StackOptions(api_port=0, data_dir=tmp_path_factory.mktemp("answer-stack"), seed_file=None)
-    stack = start_stack(answer_template(code_dir), options, local_services)
-    yield stack
-    stop_stack(stack)
+    with running_stack(
+        "answers", answer_resources, {"answers": ANSWER_HANDLER}, local_services, tmp_path_factory
+    ) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")
@@ -639,3 +647,118 @@ def test_the_on_failure_document_is_the_one_lambda_sends(
     assert arrival <= written + 1
     assert info["approximateArrivalOfLastRecord"] == info["approximateArrivalOfFirstRecord"]
     assert "Records" not in json.dumps(message)
+
+
+# --- 5. throttled before the function runs ------------------------------------------------------------
+DYNAMODB_ERRORS = "https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html"
+# Clocks of the test and of the poller, read a few milliseconds apart.
+CLOCK_SLACK_SECONDS = 0.1
+
+
+def throttle_resources(code_dir: Path) -> dict[str, Any]:
+    """ZeroFunction (ReservedConcurrentExecutions 0: always throttled) reads ZeroTable with BatchSize 10;
+    BusyFunction (ReservedConcurrentExecutions 1) reads BusyTable with BatchSize 1. Both mappings:
+    MaximumRetryAttempts 0 (a failed invocation is not retried), MaximumRecordAgeInSeconds 2 (below AWS's
+    minimum of 60, for speed, as ProbeAgeMapping), OnFailure to a queue of their own."""
+
+    def stream(table: str, failures: str, batch_size: int) -> dict[str, Any]:
+        properties = {
+            "Stream": {"Fn::GetAtt": [table, "StreamArn"]},
+            "StartingPosition": "TRIM_HORIZON",
+            "BatchSize": batch_size,
+            "MaximumRetryAttempts": 0,
+            "MaximumRecordAgeInSeconds": 2,
+            "DestinationConfig": {
+                "OnFailure": {"Type": "SQS", "Destination": {"Fn::GetAtt": [failures, "Arn"]}}
+            },
+        }
+        return {"Stream": {"Type": "DynamoDB", "Properties": properties}}
+
+    return {
+        "ZeroTable": stream_table_resource(),
+        "ZeroFailureQueue": {"Type": "AWS::SQS::Queue"},
+        "ZeroFunction": function_resource(
+            code_dir, stream("ZeroTable", "ZeroFailureQueue", 10), ReservedConcurrentExecutions=0
+        ),
+        "BusyTable": stream_table_resource(),
+        "BusyFailureQueue": {"Type": "AWS::SQS::Queue"},
+        "BusyFunction": function_resource(
+            code_dir, stream("BusyTable", "BusyFailureQueue", 1), ReservedConcurrentExecutions=1
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def throttle_stack(
+    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    with running_stack(
+        "stream-throttling",
+        throttle_resources,
+        {HOLDING_MODULE: HOLDING_HANDLER},
+        local_services,
+        tmp_path_factory,
+    ) as stack:
+        yield stack
+
+
+def test_a_throttled_batch_is_retried_until_too_old_not_counted_toward_maximum_retry_attempts(
+    throttle_stack: LocalStack,
+) -> None:
+    """Every invocation throttled: the batch is kept until its records are too old, never given up as retried.
+
+    AWS (DYNAMODB_ERRORS): "Before invocation: If a Lambda event source mapping is unable to invoke the
+    function due to throttling or other issues, it retries until the records expire or exceed the maximum
+    age configured on the event source mapping (MaximumRecordAgeInSeconds)"; MaximumRetryAttempts applies
+    "during invocation", when the function is invoked and returns an error. ZeroFunction reserves no
+    concurrency at all, so it never runs; MaximumRetryAttempts 0 would discard a failed batch after its
+    first attempt, MaximumRecordAgeInSeconds 2 discards this one 2 s after its record arrived.
+    """
+    failures = OnFailureQueue(throttle_stack, "ZeroFailureQueue")
+    key = unique("throttled")
+    write_together(throttle_stack, "ZeroTable", probe_item(key))
+    written = time.time()
+    sequence = stream_sequence_number(throttle_stack, "ZeroTable", key)
+
+    message = failures.wait_for(sequence)
+
+    discarded = datetime.fromisoformat(message["timestamp"]).timestamp()
+    assert message["requestContext"]["condition"] == "RecordAgeExceeded", "too old, not out of retries"
+    assert discarded >= written + 2 - CLOCK_SLACK_SECONDS, "kept until over MaximumRecordAgeInSeconds"
+    assert throttle_stack.activity.invocations("ZeroFunction") == [], "the function never ran"
+    assert message["DDBStreamBatchInfo"]["batchSize"] == 1
+    assert_lambdas_failure_document(message, throttle_stack, "ZeroTable")
+
+
+def test_record_age_still_applies_to_a_throttled_batch_and_the_next_runs_once_the_function_is_free(
+    throttle_stack: LocalStack, tmp_path: Path
+) -> None:
+    """Throttled while the reserved concurrency is in use: a record that gets too old meanwhile is discarded
+    without reaching the function; one that is still young when the function frees up is processed.
+
+    AWS (DYNAMODB_ERRORS, "Before invocation"): a throttled batch is retried until its records exceed
+    MaximumRecordAgeInSeconds; the throttles are not retries (MaximumRetryAttempts 0 here). BusyFunction
+    reserves 1, which a direct invocation holds for 3.5 s: the first record is over 2 s old before then,
+    the second, written 2.5 s in, is not.
+    """
+    failures = OnFailureQueue(throttle_stack, "BusyFailureQueue")
+    too_old, in_time = unique("too-old"), unique("in-time")
+    with reserved_concurrency_in_use(throttle_stack, "BusyFunction", 3.5, tmp_path) as holders:
+        write_together(throttle_stack, "BusyTable", probe_item(too_old))
+        time.sleep(2.5)
+        write_together(throttle_stack, "BusyTable", probe_item(in_time))
+    holder = [i for i in throttle_stack.activity.invocations("BusyFunction") if i.trigger == "direct"][-1]
+
+    delivery = wait_for_delivery(throttle_stack, "BusyFunction", "BusyTable", in_time)
+    message = failures.wait_for(stream_sequence_number(throttle_stack, "BusyTable", too_old))
+
+    assert all(result.ok for result in holders)
+    assert message["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert message["DDBStreamBatchInfo"]["batchSize"] == 1
+    assert batches_with(throttle_stack, "BusyFunction", "BusyTable", too_old) == [], "never invoked with it"
+    assert delivery.result.ok
+    assert batches_with(throttle_stack, "BusyFunction", "BusyTable", in_time) == [delivery], "once"
+    started = delivery.at - delivery.result.duration_ms / 1000
+    assert started >= holder.at - CLOCK_SLACK_SECONDS, "it ran only once the function was free"
+    assert failures.messages_from(sequence_of(record_of(delivery, in_time))) == []
+    assert_lambdas_failure_document(message, throttle_stack, "BusyTable")

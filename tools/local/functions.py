@@ -1,7 +1,9 @@
 """Functions as local execution environments: worker processes per function, invoked synchronously.
 
 A function has up to its maximum concurrency of environments, started on demand and reused when
-idle; each serves one invocation at a time, as a Lambda sandbox does. Each worker gets exactly the
+idle; each serves one invocation at a time, as a Lambda sandbox does. Beyond its reserved concurrency
+Lambda throttles an invocation (TooManyRequestsException, the function not run); event sources ask for
+that answer, other callers wait for an environment (see FunctionRuntime.invoke). Each worker gets exactly the
 environment its template definition gives it (Globals and its own Environment, resolved), plus what
 Lambda itself sets, the local endpoints and fake credentials. An invocation that outlives the
 function's Timeout is a function error (Sandbox.Timedout) and its environment is replaced, as Lambda
@@ -35,6 +37,8 @@ _DEADLINE_GRACE_SECONDS = 0.25
 # Execution environments per function when the template reserves no concurrency for it.
 MAX_CONCURRENCY_VARIABLE = "LOCAL_MAX_CONCURRENCY"
 DEFAULT_MAX_CONCURRENCY = 4
+# Lambda's error for an invocation throttled before the function ran (HTTP 429).
+THROTTLED = "TooManyRequestsException"
 
 LogEcho = Callable[[str, str], None]
 
@@ -74,6 +78,11 @@ class InvocationResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def throttled(self) -> bool:
+        """Refused before the function ran (its reserved concurrency was in use): nothing was executed."""
+        return self.error is not None and self.error.error_type == THROTTLED and self.environment_number == 0
 
 
 def function_environment(spec: FunctionSpec, physical_name: str, endpoints: Endpoints) -> dict[str, str]:
@@ -198,9 +207,9 @@ class FunctionRuntime:
 
     Up to `max_concurrency` environments (the function's ReservedConcurrentExecutions, else the
     stack's maximum) run invocations at the same time; each one serialises its own, as one Lambda
-    sandbox does. An invocation finding every environment busy at the maximum waits for one
-    (Lambda would throttle it; event sources never get there, they bound themselves by
-    `max_concurrency`). A warm environment is reused before a new one is started.
+    sandbox does. An invocation finding every environment busy at the maximum waits for one, unless
+    it asks to be throttled as Lambda throttles beyond reserved concurrency (event sources do: see
+    invoke). A warm environment is reused before a new one is started.
     """
 
     def __init__(
@@ -228,6 +237,9 @@ class FunctionRuntime:
                 else default_max_concurrency()
             )
         self.max_concurrency = max_concurrency
+        # ReservedConcurrentExecutions: when set, an invocation beyond it can be throttled; without it
+        # Lambda would scale out, so an invocation waits for the local pool instead.
+        self.reserved_concurrency = spec.reserved_concurrency
         self._condition = threading.Condition()
         self._environments: list[_Environment] = []  # every live environment, idle or busy
         self._idle: list[_Environment] = []  # the most recently used last: reused first
@@ -289,18 +301,28 @@ class FunctionRuntime:
                 environment.process.kill()  # its invocation sees the exit and closes the environment
 
     # --- invocations ------------------------------------------------------------------------------
-    def invoke(self, event: Any, request_id: str | None = None) -> InvocationResult:
+    def invoke(self, event: Any, request_id: str | None = None, throttle: bool = False) -> InvocationResult:
+        """Run the function on an environment of its own and return what it answered.
+
+        With `throttle`, an invocation that finds the function's reserved concurrency all in use is
+        refused at once (TooManyRequestsException, `throttled`), as Lambda refuses it; event source
+        mappings take that answer and retry as AWS documents for each of them. Otherwise it waits for
+        an environment. A function with ReservedConcurrentExecutions 0 is always throttled.
+        """
         request_id = request_id or str(uuid.uuid4())
         started = time.monotonic()
         try:
-            environment = self._acquire()
+            environment = self._acquire(throttle)
         except _Stopped:
             return InvocationResult(request_id, error=FunctionError("Local.Stopped", "the stack is stopping"))
         except LaunchError as exc:
             return InvocationResult(request_id, error=FunctionError("Local.LaunchFailed", str(exc)))
         except _Throttled:
-            message = "Rate Exceeded. (the function's ReservedConcurrentExecutions is 0)"
-            return InvocationResult(request_id, error=FunctionError("TooManyRequestsException", message))
+            message = (
+                "Rate Exceeded. (ReservedFunctionConcurrentInvocationLimitExceeded: "
+                f"ReservedConcurrentExecutions is {self.reserved_concurrency})"
+            )
+            return InvocationResult(request_id, error=FunctionError(THROTTLED, message))
         with self._condition:
             self._busy += 1
             self.peak_concurrency = max(self.peak_concurrency, self._busy)
@@ -365,8 +387,9 @@ class FunctionRuntime:
         )
 
     # --- the pool ---------------------------------------------------------------------------------
-    def _acquire(self) -> _Environment:
-        """An idle environment, else a new one below the maximum, else the next one to become idle."""
+    def _acquire(self, throttle: bool = False) -> _Environment:
+        """An idle environment, else a new one below the maximum, else the next one to become idle
+        (_Throttled instead, when asked to, if the maximum is the function's reserved concurrency)."""
         with self._condition:
             while True:
                 if self._stopped:
@@ -376,7 +399,7 @@ class FunctionRuntime:
                 if len(self._environments) + self._starting < self.max_concurrency:
                     self._starting += 1
                     break
-                if self.max_concurrency < 1:
+                if self.max_concurrency < 1 or (throttle and self.reserved_concurrency is not None):
                     raise _Throttled
                 self._condition.wait()
         return self._add(self._launch_counted(), idle=False)

@@ -2,12 +2,26 @@
 
 Long-polls the queue (1 s waits, so stopping is quick), gathers up to BatchSize messages (within
 MaximumBatchingWindowInSeconds when set) and hands them to the function in Lambda's SQS event shape,
-several batches at once as Lambda's pollers do: up to the function's concurrency (or the mapping's
-ScalingConfig.MaximumConcurrency, if lower), and a batch is received only when it can be processed at
-once. Each batch then deletes what succeeded: everything on success, the unreported messages with
-ReportBatchItemFailures, nothing on a function error. Undeleted messages come back after the queue's
-visibility timeout, and the queue's RedrivePolicy (enforced by moto) moves them to the dead-letter
-queue after maxReceiveCount receives. Messages that FilterCriteria rejects are deleted, as Lambda does.
+several batches at once as Lambda's pollers do. Each batch then deletes what succeeded: everything on
+success, the unreported messages with ReportBatchItemFailures, nothing on a function error. Undeleted
+messages come back after the queue's visibility timeout, and the queue's RedrivePolicy (enforced by moto)
+moves them to the dead-letter queue after maxReceiveCount receives. Messages that FilterCriteria rejects
+are deleted, as Lambda does.
+
+How many batches are received at once, and throttling (tests/conformance/test_sqs_event_source.py):
+- A function without ReservedConcurrentExecutions is not throttled on AWS (Lambda scales out): locally a
+  batch is received only when one of the function's environments (LOCAL_MAX_CONCURRENCY) can take it,
+  or fewer with the mapping's ScalingConfig.MaximumConcurrency.
+- With ReservedConcurrentExecutions, "event source mappings don't account for reserved concurrency and can
+  process more messages off your queue than can be sent to your function"
+  (https://repost.aws/knowledge-center/lambda-sqs-scaling): the mapping receives up to its
+  MaximumConcurrency batches at once, else the five Lambda starts with
+  (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html), whatever the reserved
+  concurrency. An invocation beyond it is throttled; "Lambda continues to retry the message until the
+  message's timestamp exceeds your queue's visibility timeout, at which point Lambda drops the message"
+  (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html): the batch is left in
+  the queue, comes back after the visibility timeout with its receive count raised, and so can reach the
+  dead-letter queue unprocessed. MaximumConcurrency no higher than the reserved concurrency avoids it.
 """
 
 from __future__ import annotations
@@ -34,6 +48,15 @@ if TYPE_CHECKING:
 _WAIT_SECONDS = 1
 _MAX_RECEIVE = 10
 _ERROR_PAUSE_SECONDS = 1.0
+# Batches a mapping processes at once when it starts (Lambda then scales up with the backlog, which is not
+# emulated): https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html
+LAMBDA_INITIAL_BATCHES = 5
+# Retries of a throttled invocation: a throttle costs nothing locally, so retry soon.
+_THROTTLE_BACKOFF_SECONDS = 0.05
+_MAX_THROTTLE_BACKOFF_SECONDS = 0.5
+# A throttled batch is not invoked this close to its visibility timeout: it would run while the message
+# is receivable again.
+_VISIBILITY_MARGIN_SECONDS = 0.1
 
 
 def _message_attribute(value: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +100,17 @@ def _filterable(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "body": body} if isinstance(body, dict) else record
 
 
+def batches_at_once(source: QueueSource, function: FunctionRuntime) -> int:
+    """How many batches the mapping receives and processes at once (see the module's docstring)."""
+    if function.reserved_concurrency is not None:
+        # Throttling is possible: the mapping does not bound itself by the reserved concurrency.
+        return source.maximum_concurrency or LAMBDA_INITIAL_BATCHES
+    limits = [function.max_concurrency]
+    if source.maximum_concurrency is not None:
+        limits.append(source.maximum_concurrency)
+    return max(1, min(limits))
+
+
 class QueuePoller:
     def __init__(
         self,
@@ -93,12 +127,9 @@ class QueuePoller:
         self._queue_arn = queue_arn
         self._sqs = sqs
         self._activity = activity
-        # Batches in flight at once: the function's concurrency, or less with ScalingConfig.
-        limits = [function.max_concurrency]
-        if source.maximum_concurrency is not None:
-            limits.append(source.maximum_concurrency)
-        self.concurrency = max(0, min(limits))
-        self._slots = threading.BoundedSemaphore(max(1, self.concurrency))
+        self.concurrency = batches_at_once(source, function)
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._visibility_timeout: float | None = None  # the queue's, read when polling starts
         self._batches: set[threading.Thread] = set()
         self._batches_lock = threading.Lock()
         self._batch_numbers = itertools.count(1)
@@ -120,12 +151,10 @@ class QueuePoller:
             batch.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
-        if self.concurrency < 1:
-            return  # ReservedConcurrentExecutions 0: Lambda invokes nothing, the messages wait
         try:
             while not self._stop.is_set():
-                # Receive only what can be processed now, so no message's visibility timeout runs
-                # out while it waits here.
+                # Receive only as many batches as are processed at once: a received batch is invoked
+                # at once (and throttled if the function's reserved concurrency is in use).
                 if not self._slots.acquire(timeout=_WAIT_SECONDS):
                     continue
                 handed_over = False
@@ -153,11 +182,22 @@ class QueuePoller:
         )
         return list(response.get("Messages", []))
 
-    def _gather(self) -> list[MessageTypeDef]:
+    def _visibility_deadline(self, received_at: float) -> float:
+        """When messages received at `received_at` (monotonic) become receivable again."""
+        if self._visibility_timeout is None:
+            attributes = self._sqs.get_queue_attributes(
+                QueueUrl=self._queue_url, AttributeNames=["VisibilityTimeout"]
+            )["Attributes"]
+            self._visibility_timeout = float(attributes.get("VisibilityTimeout", 30))
+        return received_at + self._visibility_timeout
+
+    def _gather(self) -> tuple[list[MessageTypeDef], float]:
+        """A batch, and when its first messages were received (monotonic)."""
         batch_size = self.source.batch_size
         batch = self._receive(batch_size, _WAIT_SECONDS)
+        received_at = time.monotonic()
         if not batch or self.source.batching_window_seconds <= 0:
-            return batch
+            return batch, received_at
         deadline = time.monotonic() + self.source.batching_window_seconds
         while len(batch) < batch_size and not self._stop.is_set():
             remaining = deadline - time.monotonic()
@@ -168,16 +208,17 @@ class QueuePoller:
                 batch = [m for m in batch if m["MessageId"] != message["MessageId"]] + [message]
             if remaining < _WAIT_SECONDS:
                 self._stop.wait(min(remaining, 0.05))
-        return batch
+        return batch, received_at
 
     def _poll_once(self) -> bool:
         """Receive a batch and hand it to a thread of its own; True when one was handed over."""
-        messages = self._gather()
+        messages, received_at = self._gather()
         if not messages or self._stop.is_set():
             return False
+        deadline = self._visibility_deadline(received_at)
         batch = threading.Thread(
             target=self._deliver,
-            args=(messages,),
+            args=(messages, deadline),
             name=f"sqs-{self.source.label}-{next(self._batch_numbers)}",
             daemon=True,
         )
@@ -186,9 +227,9 @@ class QueuePoller:
         batch.start()
         return True
 
-    def _deliver(self, messages: list[MessageTypeDef]) -> None:
+    def _deliver(self, messages: list[MessageTypeDef], visibility_deadline: float) -> None:
         try:
-            self._process(messages)
+            self._process(messages, visibility_deadline)
         except (ClientError, BotoCoreError) as exc:
             if not self._stop.is_set():
                 self._activity.notice("error", self.source.label, f"queue batch failed: {exc}")
@@ -200,7 +241,7 @@ class QueuePoller:
                 self._batches.discard(threading.current_thread())
             self._slots.release()
 
-    def _process(self, messages: list[MessageTypeDef]) -> None:
+    def _process(self, messages: list[MessageTypeDef], visibility_deadline: float) -> None:
         records = [lambda_sqs_record(m, self._queue_arn) for m in messages]
         if self.source.filters:
             kept = [r for r in records if any(matches(p, _filterable(r)) for p in self.source.filters)]
@@ -208,9 +249,9 @@ class QueuePoller:
             records = kept
         if not records:
             return
-        result = self._function.invoke({"Records": records})
-        if self._stop.is_set():
-            return  # interrupted by shutdown: leave the messages to reappear
+        result = self._invoke(records, visibility_deadline)
+        if result is None or self._stop.is_set():
+            return  # throttled until the visibility timeout, or interrupted by shutdown: messages reappear
         failed = self._failed_ids(result, records)
         self._delete([r for r in records if r["messageId"] not in failed])
         self._activity.add(
@@ -223,6 +264,32 @@ class QueuePoller:
                 failed_ids=tuple(r["messageId"] for r in records if r["messageId"] in failed),
             )
         )
+
+    def _invoke(self, records: list[dict[str, Any]], visibility_deadline: float) -> InvocationResult | None:
+        """The function's answer to the batch; None when every attempt was throttled until the messages'
+        visibility timeout (they are left in the queue, to be received again)."""
+        pause = _THROTTLE_BACKOFF_SECONDS
+        throttles = 0
+        while True:
+            result = self._function.invoke({"Records": records}, throttle=True)
+            if not result.throttled:
+                return result
+            throttles += 1
+            if self._stop.is_set():
+                return None
+            if time.monotonic() + pause > visibility_deadline - _VISIBILITY_MARGIN_SECONDS:
+                break
+            self._stop.wait(pause)
+            pause = min(pause * 2, _MAX_THROTTLE_BACKOFF_SECONDS)
+        ids = [record["messageId"] for record in records]
+        self._activity.notice(
+            "warning",
+            self.source.label,
+            f"{len(ids)} message(s) throttled {throttles} time(s) until the visibility timeout "
+            f"({self._function.reserved_concurrency} reserved concurrency in use): back to the queue",
+            {"message_ids": ids, "throttles": throttles},
+        )
+        return None
 
     def _failed_ids(self, result: InvocationResult, records: list[dict[str, Any]]) -> set[str]:
         everything = {r["messageId"] for r in records}

@@ -20,7 +20,11 @@ Failures follow what AWS documents (tests/conformance/test_stream_event_source.p
   exception, a timeout) with BisectBatchOnFunctionError splits the batch in two, and splitting does not
   consume the retry quota; records past MaximumRetryAttempts, or older than MaximumRecordAgeInSeconds since
   they arrived in the stream, are discarded and their batch described to the OnFailure destination in the
-  document Lambda sends (no record contents).
+  document Lambda sends (no record contents). The same page: "Before invocation: If a Lambda event source
+  mapping is unable to invoke the function due to throttling or other issues, it retries until the
+  records expire or exceed the maximum age": an invocation throttled because the function's reserved
+  concurrency is in use (the function did not run) is retried with backoff, is not a retry toward
+  MaximumRetryAttempts, is not bisected, and leaves the batch's records to age.
 
 A shard has one lane, which takes every record, unless the mapping's ParallelizationFactor is N > 1.
 Lambda then processes up to N batches of one shard concurrently and still keeps each item's records
@@ -62,6 +66,10 @@ POLL_INTERVAL_SECONDS = 0.25
 DISCOVERY_INTERVAL_SECONDS = 1.0
 _GET_RECORDS_LIMIT = 1000
 _MAX_BACKOFF_SECONDS = 2.0
+# Retries of a throttled invocation: a throttle costs nothing locally, so retry soon, and at least twice
+# a second, so the batch goes as soon as the function has an environment free.
+_THROTTLE_BACKOFF_SECONDS = 0.05
+_MAX_THROTTLE_BACKOFF_SECONDS = 0.5
 _ERROR_PAUSE_SECONDS = 1.0
 # A lane reads ahead of its batches (to know when records arrived) up to this many records.
 _READ_AHEAD_RECORDS = 10_000
@@ -169,6 +177,7 @@ class _Lane:
     # Sizes of the next batches while a failing batch is being bisected.
     planned: list[int] = field(default_factory=list)
     attempts: int = 0  # retries of the batch at the head: failed invocations, bisection excluded
+    throttles: int = 0  # invocations of the batch at the head throttled in a row (never counted as retries)
     last_failure: _Failure | None = None
     retry_at: float = 0.0
     next_fetch_at: float = 0.0
@@ -435,6 +444,10 @@ class StreamPoller:
         return True
 
     def _finish(self, lane: _Lane, batch: list[_Pending], result: InvocationResult) -> None:
+        if result.throttled:
+            self._throttled(lane, batch, result)
+            return
+        lane.throttles = 0
         outcome = self._outcome(result, batch)
         self._record(batch, result, outcome)
         self._settle(lane, batch, result, outcome)
@@ -456,7 +469,7 @@ class StreamPoller:
     def _invoke_batch(self, lane: _Lane, batch: list[_Pending]) -> None:
         result: InvocationResult | None = None
         try:
-            result = self._function.invoke({"Records": [p.record for p in batch]})
+            result = self._function.invoke({"Records": [p.record for p in batch]}, throttle=True)
         except Exception as exc:
             self._activity.notice("error", self.source.label, f"stream batch failed: {exc!r}")
             raise
@@ -478,6 +491,22 @@ class StreamPoller:
             if result is not None:
                 self._finish(lane, batch, result)
         return settled
+
+    def _throttled(self, lane: _Lane, batch: list[_Pending], result: InvocationResult) -> None:
+        """The function did not run: the same batch again after a backoff, no retry counted, nothing split
+        (record age still applies, in _step)."""
+        lane.throttles += 1
+        pause = min(_THROTTLE_BACKOFF_SECONDS * 2 ** (lane.throttles - 1), _MAX_THROTTLE_BACKOFF_SECONDS)
+        lane.retry_at = time.monotonic() + pause
+        if lane.throttles == 1:
+            assert result.error is not None
+            first, last = batch[0].sequence_number, batch[-1].sequence_number
+            self._activity.notice(
+                "warning",
+                self.source.label,
+                f"{len(batch)} record(s) {first}..{last} throttled ({result.error.message}): retrying",
+                {"shard": lane.shard_id, "sequence_numbers": [p.sequence_number for p in batch]},
+            )
 
     def _outcome(self, result: InvocationResult, batch: list[_Pending]) -> _Outcome:
         everything = tuple(p.sequence_number for p in batch)
@@ -564,6 +593,7 @@ class StreamPoller:
             if lane.planned:
                 lane.planned.pop(0)
             lane.attempts, lane.last_failure = 0, None
+        lane.throttles = 0
         return True
 
     def _send_to_destination(self, lane: _Lane, batch: list[_Pending], condition: str) -> None:

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.local import queue_poller
 from tools.local.console import Console, short_name
 from tools.local.template import ROOT
 
@@ -111,8 +112,7 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
             settings += ", partial batch responses"
         runtime = stack.functions.get(queue.function)
         if runtime is not None:
-            limits = [runtime.max_concurrency, queue.maximum_concurrency or runtime.max_concurrency]
-            settings += f", up to {min(limits)} batches at once"
+            settings += f", up to {queue_poller.batches_at_once(queue, runtime)} batches at once"
         lines.append(f"  {queue.queue} → {short_name(queue.function)}  {dim(settings)}")
     for note in sources.not_emulated:
         lines.append(console.paint(f"  not emulated locally: {note}", _YELLOW))
