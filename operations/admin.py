@@ -25,13 +25,13 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from operations.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
-from shop import aws
-from shop.config import Settings
-from shop.envelope import parse_time
-from shop.errors import InvalidEnvelope
-from shop.inventory_repository import DynamoInventoryRepository
-from shop.poison import PoisonQueue, checked_poison_message
-from shop.publisher import EventPublisher
+from shop.adapters import aws
+from shop.adapters.eventbridge import EventPublisher
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.poison_queue import PoisonQueue, checked_poison_message
+from shop.domain.envelope import parse_time
+from shop.domain.errors import InvalidEnvelope
+from shop.runtime.config import Settings
 
 
 def stack_outputs(stack_name: str) -> dict[str, str]:

@@ -29,15 +29,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shop import aws, keys
-from shop.envelope import now as utc_now
-from shop.envelope import parse_time
-from shop.errors import InvalidEnvelope
-from shop.observability import logger
-from shop.outbox import OutboxEntry, decode_outbox_image, event_id_of_image, is_outbox_image
-from shop.poison import PoisonRecord, PoisonSink
-from shop.publisher import EventPublisher
-from shop.relay import StreamChange
+from shop.adapters import aws, keys
+from shop.adapters.outbox_items import decode_outbox_image, event_id_of_image, is_outbox_image
+from shop.domain.envelope import now as utc_now
+from shop.domain.envelope import parse_time
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.outbox import OutboxEntry
+from shop.domain.poison import PoisonRecord, PoisonSink
+from shop.domain.publishing import OutboxPublisher
+from shop.runtime.observability import logger
+from shop.runtime.relay import StreamChange
 
 _STREAM_GONE = frozenset(
     {"TrimmedDataAccessException", "ExpiredIteratorException", "ResourceNotFoundException"}
@@ -130,7 +131,7 @@ def in_publish_order(entries: Sequence[OutboxEntry]) -> list[OutboxEntry]:
 class OutboxRecovery:
     def __init__(
         self,
-        publisher: EventPublisher,
+        publisher: OutboxPublisher,
         poison_sink: PoisonSink,
         *,
         max_event_bytes: int,

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-# Powertools reads these when shop.observability is first imported, which may be at collection.
+# Powertools reads these when shop.runtime.observability is first imported, which may be at collection.
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "ServerlessOutboxTest")
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "tests")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
-import shop.aws
-import shop.config
-import shop.observability
+import shop.adapters.aws
+import shop.runtime.config
+import shop.runtime.observability
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
 from tools.local.processes import live_children
 from tools.local.services import LocalServices
@@ -59,9 +59,9 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def reset_process_state() -> None:
-    shop.config.get_settings.cache_clear()
-    shop.aws.reset_clients()
-    shop.observability.metrics.clear_metrics()
+    shop.runtime.config.get_settings.cache_clear()
+    shop.adapters.aws.reset_clients()
+    shop.runtime.observability.metrics.clear_metrics()
 
 
 Handler = Callable[..., Any]

@@ -7,11 +7,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shop.config import get_settings
-from shop.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
-from shop.inventory import InventoryService
-from shop.inventory_repository import DynamoInventoryRepository
-from shop.observability import logger, metrics, tracer
+from shop.runtime.config import get_settings
+from shop.runtime.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
+from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.wiring import inventory_service
 
 processor = ConsumerBatchProcessor()
 
@@ -19,7 +18,7 @@ processor = ConsumerBatchProcessor()
 @cache
 def inventory_consumer() -> IdempotentConsumer:
     settings = get_settings()
-    return IdempotentConsumer(settings, InventoryService(DynamoInventoryRepository(settings)).apply)
+    return IdempotentConsumer(settings, inventory_service(settings).apply)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -7,10 +7,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shop.config import get_settings
-from shop.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
-from shop.notifications import CustomerNotifier
-from shop.observability import logger, metrics, tracer
+from shop.runtime.config import get_settings
+from shop.runtime.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
+from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.wiring import customer_notifier
 
 processor = ConsumerBatchProcessor()
 
@@ -18,7 +18,7 @@ processor = ConsumerBatchProcessor()
 @cache
 def notification_consumer() -> IdempotentConsumer:
     settings = get_settings()
-    return IdempotentConsumer(settings, CustomerNotifier(settings.require("notification_topic_arn")).notify)
+    return IdempotentConsumer(settings, customer_notifier(settings).notify)
 
 
 @logger.inject_lambda_context(clear_state=True)

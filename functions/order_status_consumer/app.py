@@ -7,12 +7,11 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shop.config import get_settings
-from shop.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
-from shop.observability import logger, metrics, tracer
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import OrderService
-from shop.saga import OrderStatusPolicy
+from shop.domain.saga import OrderStatusPolicy
+from shop.runtime.config import get_settings
+from shop.runtime.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
+from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.wiring import order_service
 
 processor = ConsumerBatchProcessor()
 
@@ -20,7 +19,7 @@ processor = ConsumerBatchProcessor()
 @cache
 def order_status_consumer() -> IdempotentConsumer:
     settings = get_settings()
-    policy = OrderStatusPolicy(OrderService(DynamoOrderRepository(settings), settings))
+    policy = OrderStatusPolicy(order_service(settings))
     return IdempotentConsumer(settings, policy.apply)
 
 

@@ -1,4 +1,4 @@
-"""Order API: create, read and cancel orders. Thin: validate, call shop.orders, shape the response."""
+"""Order API: create, read and cancel orders. Thin: validate, call shop.domain.orders, shape the response."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from schemas import CreateOrderRequest
 
-from shop.config import get_settings
-from shop.errors import (
+from shop.domain.errors import (
     ConcurrentModification,
     DomainError,
     EventTooLarge,
@@ -30,9 +29,10 @@ from shop.errors import (
     RequestInProgress,
     ServiceBusy,
 )
-from shop.observability import logger, metrics, tracer
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import ANONYMOUS_CALLER, OrderService
+from shop.domain.orders import ANONYMOUS_CALLER, OrderService
+from shop.runtime import wiring
+from shop.runtime.config import get_settings
+from shop.runtime.observability import logger, metrics, tracer
 
 app = APIGatewayRestResolver(enable_validation=True)
 
@@ -53,8 +53,7 @@ _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 @cache
 def order_service() -> OrderService:
-    settings = get_settings()
-    return OrderService(DynamoOrderRepository(settings), settings)
+    return wiring.order_service(get_settings())
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:

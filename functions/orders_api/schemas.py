@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shop.orders import MAX_LINES, OrderLine, PlaceOrder
+from shop.domain.orders import MAX_LINES, OrderLine, PlaceOrder
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 

@@ -13,22 +13,22 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shop.config import get_settings
-from shop.observability import logger, metrics, tracer
-from shop.poison import PoisonQueue
-from shop.publisher import EventPublisher
-from shop.relay import StreamChange, relay_outbox_changes
+from shop.adapters.eventbridge import EventPublisher
+from shop.adapters.poison_queue import PoisonQueue
+from shop.runtime import wiring
+from shop.runtime.config import get_settings
+from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.relay import StreamChange, relay_outbox_changes
 
 
 @cache
 def event_publisher() -> EventPublisher:
-    settings = get_settings()
-    return EventPublisher(settings.require("event_bus_name"), settings.max_event_bytes)
+    return wiring.event_publisher(get_settings())
 
 
 @cache
 def poison_queue() -> PoisonQueue:
-    return PoisonQueue(get_settings().require("relay_poison_queue_url"))
+    return wiring.poison_queue(get_settings())
 
 
 def stream_changes(event: dict[str, Any]) -> list[StreamChange]:

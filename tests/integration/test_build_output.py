@@ -40,7 +40,7 @@ def test_every_function_and_the_layer_are_built(built: dict[str, Path], template
     for logical_id in template.functions():
         assert (built[logical_id] / "app.py").is_file(), logical_id
     layer = built["SharedLayer"] / "python"
-    assert (layer / "shop" / "orders.py").is_file()
+    assert (layer / "shop" / "domain" / "orders.py").is_file()
     assert (layer / "aws_lambda_powertools").is_dir()
 
 

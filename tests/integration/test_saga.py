@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import requests
 
-import shop.aws
-import shop.config
-from shop.inventory_repository import DynamoInventoryRepository
+import shop.adapters.aws
+import shop.runtime.config
+from shop.adapters.inventory_repository import DynamoInventoryRepository
 from tools.local.stack import LocalStack
 
 SAGA_SECONDS = 20.0  # a bound on waiting, not a speed target (make bench measures latency)
@@ -29,10 +29,10 @@ def inventory(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("INVENTORY_TABLE_NAME", local_stack.template.physical_name("InventoryTable"))
-    shop.config.get_settings.cache_clear()
-    shop.aws.reset_clients()
-    yield DynamoInventoryRepository(shop.config.Settings.from_env())
-    shop.aws.reset_clients()
+    shop.runtime.config.get_settings.cache_clear()
+    shop.adapters.aws.reset_clients()
+    yield DynamoInventoryRepository(shop.runtime.config.Settings.from_env())
+    shop.adapters.aws.reset_clients()
 
 
 @pytest.fixture

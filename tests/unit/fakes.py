@@ -8,7 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shop import keys
+from shop.adapters import keys
 
 
 class FaultyEventBridge:
@@ -35,10 +35,12 @@ class FaultyEventBridge:
         self.throttle_entries = dict(throttle_entries or {})
         self.throttle_calls = throttle_calls
         self.calls: list[list[str]] = []  # event ids per PutEvents call, as sent
+        self.entries: list[dict[str, Any]] = []  # every entry of every call, as sent
 
     def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
         ids = [json.loads(entry["Detail"])["id"] for entry in Entries]
         self.calls.append(ids)
+        self.entries.extend(Entries)
         if self.throttle_calls > 0:
             self.throttle_calls -= 1
             raise ClientError(

@@ -10,15 +10,15 @@ from typing import Any
 import boto3
 import pytest
 
-import shop.inventory_repository
-import shop.order_repository
-from shop.config import Settings
-from shop.envelope import CloudEvent
-from shop.inventory import InventoryService
-from shop.inventory_repository import DynamoInventoryRepository
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
-from shop.saga import OrderStatusPolicy
+import shop.adapters.inventory_repository
+import shop.adapters.order_repository
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.domain.envelope import CloudEvent
+from shop.domain.inventory import InventoryService
+from shop.domain.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
+from shop.domain.saga import OrderStatusPolicy
+from shop.runtime.config import Settings
 from tests.support import load_event
 from tools.local.template import Template
 
@@ -223,18 +223,20 @@ def test_a_stale_create_redelivered_after_its_record_expired_changes_nothing(inv
 def test_a_consumer_killed_mid_event_applies_it_exactly_once_after_in_progress_expiry(
     invoke, inventory, template, monkeypatch, crash_point
 ):
-    real_reserve = shop.inventory_repository.DynamoInventoryRepository.reserve
+    real_reserve = shop.adapters.inventory_repository.DynamoInventoryRepository.reserve
 
     def crashing_reserve(self: Any, *args: Any) -> None:
         if crash_point == "after-business-write":
             real_reserve(self, *args)
         raise SimulatedCrash
 
-    monkeypatch.setattr(shop.inventory_repository.DynamoInventoryRepository, "reserve", crashing_reserve)
+    monkeypatch.setattr(
+        shop.adapters.inventory_repository.DynamoInventoryRepository, "reserve", crashing_reserve
+    )
     event = load_event("sqs_inventory_order_created.json")
     with pytest.raises(SimulatedCrash):
         invoke(INVENTORY, event)
-    monkeypatch.setattr(shop.inventory_repository.DynamoInventoryRepository, "reserve", real_reserve)
+    monkeypatch.setattr(shop.adapters.inventory_repository.DynamoInventoryRepository, "reserve", real_reserve)
 
     # While the dead invocation's lock is still valid, a redelivery is refused (and retried later)
     assert failures(invoke(INVENTORY, event)) == [event["Records"][0]["messageId"]]
@@ -280,17 +282,19 @@ def test_inventory_rejected_rejects_the_pending_order(invoke, orders, pending_or
 def test_status_write_that_landed_before_a_crash_is_not_applied_twice(
     invoke, orders, pending_order, template, monkeypatch
 ):
-    real_save = shop.order_repository.DynamoOrderRepository.save_transition
+    real_save = shop.adapters.order_repository.DynamoOrderRepository.save_transition
 
     def save_then_crash(self: Any, *args: Any) -> None:
         real_save(self, *args)
         raise SimulatedCrash
 
-    monkeypatch.setattr(shop.order_repository.DynamoOrderRepository, "save_transition", save_then_crash)
+    monkeypatch.setattr(
+        shop.adapters.order_repository.DynamoOrderRepository, "save_transition", save_then_crash
+    )
     event = load_event("sqs_order_status_inventory_reserved.json")
     with pytest.raises(SimulatedCrash):
         invoke(ORDER_STATUS, event)
-    monkeypatch.setattr(shop.order_repository.DynamoOrderRepository, "save_transition", real_save)
+    monkeypatch.setattr(shop.adapters.order_repository.DynamoOrderRepository, "save_transition", real_save)
     expire_in_progress_records(template)
 
     assert failures(invoke(ORDER_STATUS, event)) == []

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shop import keys
-from shop.envelope import CloudEvent, entry_size, event_id_for
-from shop.errors import IllegalTransition, InvalidEnvelope
-from shop.orders import Order, OrderLine, OrderStatus, PlaceOrder
-from shop.outbox import OutboxEntry
-from shop.publisher import ordered_chunks
+from shop.adapters import keys
+from shop.domain.envelope import CloudEvent, entry_size, event_id_for
+from shop.domain.errors import IllegalTransition, InvalidEnvelope
+from shop.domain.orders import Order, OrderLine, OrderStatus, PlaceOrder
+from shop.domain.outbox import OutboxEntry
+from shop.domain.publishing import ordered_chunks
 
 
 def order(status: OrderStatus = OrderStatus.PENDING) -> Order:

@@ -15,15 +15,15 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from shop import inventory, orders
-from shop.config import Settings
-from shop.envelope import CloudEvent
-from shop.event_types import EVENT_TYPES, ORDER_STATUSES, RESERVATION_STATUSES
-from shop.inventory import InventoryService, ReservationStatus
-from shop.inventory_repository import DynamoInventoryRepository
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
-from shop.saga import OrderStatusPolicy
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.domain import inventory, orders
+from shop.domain.envelope import CloudEvent
+from shop.domain.event_types import EVENT_TYPES, ORDER_STATUSES, RESERVATION_STATUSES
+from shop.domain.inventory import InventoryService, ReservationStatus
+from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
+from shop.domain.saga import OrderStatusPolicy
+from shop.runtime.config import Settings
 from tools.docs import asyncapi, pages, reference
 from tools.docs.cfn import ExpandedTemplate
 from tools.docs.domain import ROOT

@@ -22,12 +22,11 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-import shop.aws
-from shop import keys
-from shop.config import Settings
-from shop.envelope import CloudEvent, now
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import (
+import shop.adapters.aws
+from shop.adapters import keys
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.domain.envelope import CloudEvent, now
+from shop.domain.orders import (
     ORDER_CANCELLED,
     Order,
     OrderLine,
@@ -37,6 +36,7 @@ from shop.orders import (
     PlaceOrder,
     VersionConflict,
 )
+from shop.runtime.config import Settings
 from tests.support import json_body, load_event
 from tests.unit.fakes import WritesRefused
 from tools.local.template import Template
@@ -111,8 +111,8 @@ def refuse_writes(aws: None, monkeypatch: pytest.MonkeyPatch) -> Callable[[str],
     """refuse_writes(part): from now on DynamoDB refuses every write of that part of an order change."""
 
     def refuse(part: str) -> WritesRefused:
-        fake = WritesRefused(shop.aws.dynamodb(), REFUSABLE_PARTS[part])
-        monkeypatch.setattr(shop.aws, "dynamodb", lambda: fake)
+        fake = WritesRefused(shop.adapters.aws.dynamodb(), REFUSABLE_PARTS[part])
+        monkeypatch.setattr(shop.adapters.aws, "dynamodb", lambda: fake)
         return fake
 
     return refuse

@@ -9,8 +9,8 @@ from typing import Any
 import boto3
 import pytest
 
-from shop import keys
-from shop.orders import ANONYMOUS_CALLER
+from shop.adapters import keys
+from shop.domain.orders import ANONYMOUS_CALLER
 from tests.support import header, json_body, load_event, load_handler_module
 from tools.local.api import DEFAULT_LOCAL_CALLER, RouteTable, local_caller_arn, proxy_event
 from tools.local.event_sources import read_event_sources

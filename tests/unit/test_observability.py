@@ -1,7 +1,7 @@
 """What the functions log: ids and correlation ids on every line, never request bodies or event data.
 
-Each test captures the JSON lines the one Powertools logger (shop.observability) writes while a handler
-runs on a sample event, and asserts on them as an operator would see them in CloudWatch Logs.
+Each test captures the JSON lines the one Powertools logger (shop.runtime.observability) writes while a
+handler runs on a sample event, and asserts on them as an operator would see them in CloudWatch Logs.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 import boto3
 import pytest
 
-from shop.config import Settings
-from shop.inventory_repository import DynamoInventoryRepository
-from shop.observability import logger
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import OrderLine, OrderService, PlaceOrder
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.domain.orders import OrderLine, OrderService, PlaceOrder
+from shop.runtime.config import Settings
+from shop.runtime.observability import logger
 from tests.support import load_event
 from tools.local.template import Template
 

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-import shop.aws
+import shop.adapters.aws
 from tests.support import header, json_body, load_event
 from tools.local.template import Template
 
@@ -45,6 +45,34 @@ def order_event(name: str, order_id: str) -> dict[str, Any]:
 
 def outbox_envelopes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [json.loads(i["envelope"]["S"]) for i in items if i["SK"]["S"].startswith("OUTBOX#")]
+
+
+def test_each_outbox_item_carries_the_trace_header_of_the_invocation_that_wrote_it(
+    api, table_items, monkeypatch
+):
+    # Lambda sets _X_AMZN_TRACE_ID anew for every invocation (active tracing)
+    create_trace = "Root=1-6740a1b0-00000000000000000000000a;Parent=000000000000000a;Sampled=1"
+    cancel_trace = "Root=1-6740a1b1-00000000000000000000000b;Parent=000000000000000b;Sampled=1"
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", create_trace)
+    order_id = json_body(api(create_event()))["orderId"]
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", cancel_trace)
+    assert api(order_event("api_cancel_order.json", order_id))["statusCode"] == 200
+
+    traces = {
+        json.loads(i["envelope"]["S"])["type"]: i.get("traceHeader", {}).get("S")
+        for i in table_items()
+        if i["SK"]["S"].startswith("OUTBOX#")
+    }
+    assert traces == {"OrderCreated": create_trace, "OrderCancelled": cancel_trace}
+
+
+def test_without_a_trace_header_an_outbox_item_carries_none(api, table_items, monkeypatch):
+    monkeypatch.delenv("_X_AMZN_TRACE_ID", raising=False)
+
+    api(create_event())
+
+    [outbox] = [i for i in table_items() if i["SK"]["S"].startswith("OUTBOX#")]
+    assert "traceHeader" not in outbox
 
 
 def test_create_order_writes_order_and_created_event_together(api, table_items):
@@ -247,7 +275,7 @@ def test_cancelling_a_rejected_order_is_a_409(api, table_items):
 def test_throttled_write_is_a_503_with_retry_after(api, table_items):
     api(create_event(key="warm-up"))  # builds the cached client the stub attaches to
     before = table_items()
-    with Stubber(shop.aws.dynamodb()) as stub:
+    with Stubber(shop.adapters.aws.dynamodb()) as stub:
         stub.add_client_error("transact_write_items", service_error_code="ThrottlingException")
 
         response = api(create_event(key="throttled"))
@@ -260,7 +288,7 @@ def test_throttled_write_is_a_503_with_retry_after(api, table_items):
 
 def test_unexpected_failure_is_a_500_without_internals(api):
     api(create_event(key="warm-up"))
-    with Stubber(shop.aws.dynamodb()) as stub:
+    with Stubber(shop.adapters.aws.dynamodb()) as stub:
         stub.add_client_error("transact_write_items", service_error_code="InternalServerError")
 
         response = api(create_event(key="boom"))

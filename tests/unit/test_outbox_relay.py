@@ -10,10 +10,10 @@ import boto3
 import pytest
 from moto.events.models import EventPattern, EventPatternParser
 
-import shop.aws
-from shop import keys
-from shop.envelope import CloudEvent
-from shop.outbox import outbox_item
+import shop.adapters.aws
+from shop.adapters import keys
+from shop.adapters.outbox_items import outbox_item
+from shop.domain.envelope import CloudEvent
 from tests.support import load_event
 from tests.unit.fakes import FaultyEventBridge
 from tools.local.template import Template
@@ -25,7 +25,7 @@ STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/local-OrdersTable/st
 @pytest.fixture
 def faulty_bus(bus: Any, monkeypatch: pytest.MonkeyPatch) -> FaultyEventBridge:
     fake = FaultyEventBridge(boto3.client("events"))
-    monkeypatch.setattr(shop.aws, "events", lambda: fake)
+    monkeypatch.setattr(shop.adapters.aws, "events", lambda: fake)
     return fake
 
 
@@ -33,7 +33,7 @@ def records(name: str) -> list[dict[str, Any]]:
     return list(load_event(name)["Records"])
 
 
-def outbox_stream_records(n: int) -> list[dict[str, Any]]:
+def outbox_stream_records(n: int, trace_header: str | None = None) -> list[dict[str, Any]]:
     """n stream records of OrderCreated outbox items of n orders, built by the writers' own code."""
     out = []
     for i in range(n):
@@ -46,7 +46,12 @@ def outbox_stream_records(n: int) -> list[dict[str, Any]]:
             correlation_id=f"corr-{i}",
         )
         image = outbox_item(
-            event, keys.order_partition(event.subject), ttl_days=16, time_shards=8, max_event_bytes=262_144
+            event,
+            keys.order_partition(event.subject),
+            ttl_days=16,
+            time_shards=8,
+            max_event_bytes=262_144,
+            trace_header=trace_header,
         )
         out.append(
             {
@@ -90,6 +95,15 @@ def test_25_outbox_records_take_3_put_events_calls_and_all_arrive(faulty_bus, bu
     assert first["source"] == "shop.orders"
     assert first["detail-type"] == "OrderCreated"
     assert first["detail"]["specversion"] == "1.0"
+
+
+def test_the_writers_trace_header_travels_with_its_event_to_the_bus(faulty_bus, bus, invoke):
+    trace = "Root=1-6740a1b0-0123456789abcdef01234567;Parent=0123456789abcdef;Sampled=1"
+    traced, untraced = outbox_stream_records(1, trace_header=trace)[0], outbox_stream_records(2)[1]
+
+    assert relay(invoke, [traced, untraced]) == []
+
+    assert [entry.get("TraceHeader") for entry in faulty_bus.entries] == [trace, None]
 
 
 def test_a_permanent_failure_checkpoints_at_that_record_and_sends_nothing_later(faulty_bus, bus, invoke):

@@ -13,17 +13,19 @@ import pytest
 from botocore.exceptions import ClientError
 
 import operations.recovery
-import shop.aws
+import shop.adapters.aws
 from operations.admin import main as outbox_admin
 from operations.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
-from shop import keys
-from shop.config import Settings
-from shop.envelope import CloudEvent
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import OrderLine, OrderService, PlaceOrder
-from shop.outbox import OutboxEntry, outbox_item
-from shop.poison import PoisonQueue, PoisonRecord, checked_poison_message, poison_message_body
-from shop.publisher import EventPublisher
+from shop.adapters import keys
+from shop.adapters.eventbridge import EventPublisher
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.outbox_items import outbox_item
+from shop.adapters.poison_queue import PoisonQueue, checked_poison_message, poison_message_body
+from shop.domain.envelope import CloudEvent
+from shop.domain.orders import OrderLine, OrderService, PlaceOrder
+from shop.domain.outbox import OutboxEntry
+from shop.domain.poison import PoisonRecord
+from shop.runtime.config import Settings
 from tools.local.template import Template
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
@@ -253,7 +255,7 @@ def test_redrive_pages_past_empty_reads_to_the_end_of_the_range(
     place_orders(3)
     arn, shard, records = stream_records(template)
     pager = PagingStreams(boto3.client("dynamodbstreams"), empty_pages=8)
-    monkeypatch.setattr(shop.aws, "dynamodb_streams", lambda: pager)
+    monkeypatch.setattr(shop.adapters.aws, "dynamodb_streams", lambda: pager)
 
     report = recovery.redrive(failed_batch(records, arn, shard))
 
@@ -268,7 +270,7 @@ def test_a_stream_read_that_never_reaches_the_end_sequence_is_incomplete(
     arn, shard, records = stream_records(template)
     monkeypatch.setattr(operations.recovery, "_MAX_READS", 3)
     pager = PagingStreams(boto3.client("dynamodbstreams"), empty_pages=1_000)
-    monkeypatch.setattr(shop.aws, "dynamodb_streams", lambda: pager)
+    monkeypatch.setattr(shop.adapters.aws, "dynamodb_streams", lambda: pager)
 
     report = recovery.redrive(failed_batch(records, arn, shard))
 
@@ -343,7 +345,7 @@ def test_unprocessed_keys_are_retried_and_reported_when_they_persist(
     placed = place_orders(2)
     table = template.physical_name("OrdersTable")
     fake = UnprocessedDynamo(boto3.client("dynamodb"), unprocessed_times)
-    monkeypatch.setattr(shop.aws, "dynamodb", lambda: fake)
+    monkeypatch.setattr(shop.adapters.aws, "dynamodb", lambda: fake)
 
     report = recovery.replay_window(table, T0, T0 + timedelta(minutes=5))
 

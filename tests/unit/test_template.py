@@ -14,10 +14,10 @@ import botocore.client
 import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-from shop.config import Settings
-from shop.inventory_repository import DynamoInventoryRepository
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import OrderLine, OrderService, PlaceOrder
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.domain.orders import OrderLine, OrderService, PlaceOrder
+from shop.runtime.config import Settings
 from tests.support import json_body, load_event
 from tools.local.template import ROOT, Template
 
@@ -562,7 +562,7 @@ def test_alarm_email_is_subscribed_only_when_given(template: Template):
 
 def emitted_metrics() -> set[str]:
     """Names of the EMF metrics the code emits (an f-string name counts by its fixed prefix)."""
-    sources = [*(ROOT / "layers/shared/shop").glob("*.py"), *(ROOT / "functions").glob("*/app.py")]
+    sources = [*(ROOT / "layers/shared/shop").rglob("*.py"), *(ROOT / "functions").glob("*/app.py")]
     text = "\n".join(path.read_text() for path in sources)
     return set(re.findall(r'add_metric\(\s*name=f?"([A-Za-z]+)', text))
 

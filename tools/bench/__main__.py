@@ -25,8 +25,9 @@ from tools.local.template import ROOT
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 
-from shop import aws, config
-from shop.inventory_repository import DynamoInventoryRepository
+from shop.adapters import aws
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.runtime import config
 from tools.bench import cold_start, cost_model, latency, relay_efficiency, write_cost
 
 OUT_DIR = ROOT / ".bench"

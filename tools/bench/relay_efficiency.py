@@ -29,10 +29,10 @@ from tools.local.template import ROOT, Template
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 
-from shop import aws, keys
-from shop.order_repository import _order_attributes
-from shop.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, Order, OrderLine, OrderStatus
-from shop.outbox import decode_outbox_image, outbox_item
+from shop.adapters import aws, keys
+from shop.adapters.order_repository import _order_attributes
+from shop.adapters.outbox_items import decode_outbox_image, outbox_item
+from shop.domain.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, Order, OrderLine, OrderStatus
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/local-OrdersTable/stream/bench"
 

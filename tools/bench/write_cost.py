@@ -24,10 +24,11 @@ from tools.local.template import ROOT, Template
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 
-from shop import aws, config
-from shop.inventory_repository import DynamoInventoryRepository
-from shop.order_repository import DynamoOrderRepository
-from shop.orders import OrderLine, OrderService, PlaceOrder
+from shop.adapters import aws
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.domain.orders import OrderLine, OrderService, PlaceOrder
+from shop.runtime import config
 
 _CAPACITY_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem", "GetItem", "TransactWriteItems", "Query"}
 _WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from boto3.dynamodb.types import TypeDeserializer
 
 from operations.recovery import FailedStreamBatch
-from shop import keys
-from shop.inventory import INVENTORY_REJECTED, INVENTORY_RELEASED, INVENTORY_RESERVED
-from shop.notifications import NOTIFIABLE
-from shop.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_REJECTED
-from shop.outbox import ENVELOPE
-from shop.poison import POISON_KIND
+from shop.adapters import keys
+from shop.adapters.outbox_items import ENVELOPE
+from shop.adapters.poison_queue import POISON_KIND
+from shop.domain.inventory import INVENTORY_REJECTED, INVENTORY_RELEASED, INVENTORY_RESERVED
+from shop.domain.notifications import NOTIFIABLE
+from shop.domain.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_REJECTED
 from tools.chaos.bus import CapturedEvent
 from tools.chaos.driver import OrderOutcome
 from tools.chaos.plan import (

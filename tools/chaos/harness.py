@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from operations.recovery import FailedStreamBatch
-from shop import keys
-from shop.notifications import NOTIFIABLE
+from shop.adapters import keys
+from shop.domain.notifications import NOTIFIABLE
 from tools.chaos import poison
 from tools.chaos.bus import BusCapture, DuplicateRoute, Duplicator, NotificationCapture, queue_depth
 from tools.chaos.check import DEATH_ERRORS, Check, Evidence, collect, evaluate, read_dlq, stream_range_keys

@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from shop import keys
-from shop.config import EVENTBRIDGE_MAX_ENTRY_BYTES
-from shop.envelope import CloudEvent
-from shop.orders import ORDER_CONFIRMED
-from shop.outbox import ENVELOPE, outbox_item
+from shop.adapters import keys
+from shop.adapters.outbox_items import ENVELOPE, outbox_item
+from shop.domain.envelope import CloudEvent
+from shop.domain.orders import ORDER_CONFIRMED
+from shop.runtime.config import EVENTBRIDGE_MAX_ENTRY_BYTES
 from tools.chaos.bus import BusCapture, NotificationCapture, queue_depth
 from tools.chaos.check import canonical_item, parked_key, parked_poison, read_dlq
 from tools.chaos.harness import ChaosConfig, chaos_template, relay_poison_queue

@@ -1,6 +1,6 @@
 """Poison pills on purpose: undecodable outbox items in the tables, malformed messages on consumer queues.
 
-An outbox item is written straight into a table (keys from shop.keys, like any outbox item), so its
+An outbox item is written straight into a table (keys from shop.adapters.keys, like any outbox item), so its
 stream record reaches the relay, which cannot decode it: the relay parks it whole in its poison queue
 and moves on (the relay dead-letter queue stays empty). A malformed message is sent straight to a
 consumer's queue: it fails on every receive and SQS moves it to the consumer's dead-letter queue.
@@ -14,8 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shop import keys
-from shop.outbox import ENVELOPE
+from shop.adapters import keys
+from shop.adapters.outbox_items import ENVELOPE
 from tools.chaos.ledger import Ledger
 from tools.local.stack import LocalStack
 

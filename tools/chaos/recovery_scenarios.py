@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from shop import keys
+from shop.adapters import keys
 from tools.chaos.bus import BusCapture, queue_depth
 from tools.chaos.check import canonical_item, collect, evaluate
 from tools.chaos.harness import ChaosConfig, Live, Run, relay_poison_queue

@@ -13,7 +13,7 @@ _LAYER = str(ROOT / "layers" / "shared")
 if _LAYER not in sys.path:
     sys.path.append(_LAYER)
 
-from shop.envelope import CONTENT_TYPE, SPEC_VERSION, CloudEvent  # noqa: E402
-from shop.event_types import EVENT_TYPES, Constraint, EventType  # noqa: E402
+from shop.domain.envelope import CONTENT_TYPE, SPEC_VERSION, CloudEvent  # noqa: E402
+from shop.domain.event_types import EVENT_TYPES, Constraint, EventType  # noqa: E402
 
 __all__ = ["CONTENT_TYPE", "EVENT_TYPES", "ROOT", "SPEC_VERSION", "CloudEvent", "Constraint", "EventType"]

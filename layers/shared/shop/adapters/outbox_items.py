@@ -1,41 +1,57 @@
 """The outbox item contract, shared by every table that feeds the relay.
 
 An outbox item is immutable once written. Its attributes:
-    PK, SK           see shop.keys (SK starts with OUTBOX#)
+    PK, SK           see shop.adapters.keys (SK starts with OUTBOX#)
     envelope         the CloudEvents JSON, byte for byte what becomes the PutEvents Detail
     eventId, eventType, eventSource, aggregateId, sequence, occurredAt
-    outboxBucket, outboxTime   sparse time index for replay (shop.keys)
+    outboxBucket, outboxTime   sparse time index for replay (shop.adapters.keys)
     traceHeader      X-Ray trace header of the writer, when tracing is active
     expiresAt        TTL (epoch seconds); outlives the 24 h stream retention
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from shop import keys
-from shop.envelope import CloudEvent, entry_size, parse_time
-from shop.errors import EventTooLarge, InvalidEnvelope
+from shop.adapters import keys
+from shop.domain.envelope import CloudEvent, parse_time
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.outbox import OutboxEntry, ensure_publishable, outbox_entry
 
 ENVELOPE = "envelope"
 TRACE_HEADER = "traceHeader"
 
+TraceHeader = Callable[[], str | None]
 
-def ensure_publishable(event: CloudEvent, max_event_bytes: int) -> None:
-    """Refuse, at write time, an event that PutEvents could never accept."""
-    size = event.entry_size()
-    if size > max_event_bytes:
-        raise EventTooLarge(
-            "the event for this change exceeds the event bus size limit",
-            {"eventBytes": size, "limitBytes": max_event_bytes},
-        )
+
+def no_trace_header() -> str | None:
+    """For writers outside Lambda (tools, tests): no invocation, so no trace to carry."""
+    return None
+
+
+class OutboxSettings(Protocol):
+    """The settings values an outbox writer needs (runtime.config.Settings is one)."""
+
+    @property
+    def outbox_ttl_days(self) -> int: ...
+    @property
+    def outbox_time_shards(self) -> int: ...
+    @property
+    def max_event_bytes(self) -> int: ...
+    def require(self, name: str) -> str: ...
 
 
 def outbox_item(
-    event: CloudEvent, partition: str, *, ttl_days: int, time_shards: int, max_event_bytes: int
+    event: CloudEvent,
+    partition: str,
+    *,
+    ttl_days: int,
+    time_shards: int,
+    max_event_bytes: int,
+    trace_header: str | None = None,
 ) -> dict[str, Any]:
     """The DynamoDB item (attribute-value form) for one outbox event."""
     ensure_publishable(event, max_event_bytes)
@@ -52,7 +68,6 @@ def outbox_item(
         "occurredAt": {"S": event.time},
         "expiresAt": {"N": str(int((occurred + timedelta(days=ttl_days)).timestamp()))},
     }
-    trace_header = os.environ.get("_X_AMZN_TRACE_ID")
     if trace_header:
         item[TRACE_HEADER] = {"S": trace_header}
     return item
@@ -74,52 +89,11 @@ def is_outbox_image(image: dict[str, Any] | None) -> bool:
     return isinstance(sort_key, str) and keys.is_outbox_sort_key(sort_key)
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxEntry:
-    """One outbox event, ready to become one PutEvents entry."""
-
-    event_id: str
-    source: str
-    detail_type: str
-    detail: str
-    aggregate: str
-    sequence: int
-    occurred_at: str
-    correlation_id: str
-    trace_header: str | None
-    size: int
-
-    def to_put_events_entry(self, bus_name: str) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "EventBusName": bus_name,
-            "Source": self.source,
-            "DetailType": self.detail_type,
-            "Detail": self.detail,
-        }
-        if self.trace_header:
-            entry["TraceHeader"] = self.trace_header
-        return entry
-
-
 def decode_outbox_image(image: dict[str, Any], max_event_bytes: int) -> OutboxEntry:
     """Turn an outbox item image into a publishable entry, or raise InvalidEnvelope (a poison record)."""
     raw = image.get(ENVELOPE, {}).get("S")
     if not isinstance(raw, str):
         raise InvalidEnvelope("outbox item has no envelope string")
-    event = CloudEvent.from_json(raw)
-    size = entry_size(event.source, event.type, raw)
-    if size > max_event_bytes:
-        raise InvalidEnvelope("event exceeds the event bus size limit", {"eventBytes": size})
+    entry = outbox_entry(raw, max_event_bytes)
     trace = image.get(TRACE_HEADER, {}).get("S")
-    return OutboxEntry(
-        event_id=event.id,
-        source=event.source,
-        detail_type=event.type,
-        detail=raw,
-        aggregate=f"{event.source}|{event.subject}",
-        sequence=event.sequence,
-        occurred_at=event.time,
-        correlation_id=event.correlationid,
-        trace_header=trace if isinstance(trace, str) else None,
-        size=size,
-    )
+    return replace(entry, trace_header=trace) if isinstance(trace, str) else entry

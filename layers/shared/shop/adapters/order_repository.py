@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from shop import aws, keys
-from shop.config import Settings
-from shop.dynamo import cancellation_codes, error_code, raise_if_throttled
-from shop.envelope import CloudEvent
-from shop.orders import (
+from shop.adapters import aws, keys
+from shop.adapters.dynamo import cancellation_codes, error_code, raise_if_throttled
+from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_item
+from shop.domain.envelope import CloudEvent
+from shop.domain.orders import (
     Order,
     OrderLine,
     OrderStatus,
@@ -20,7 +20,6 @@ from shop.orders import (
     RequestRecord,
     VersionConflict,
 )
-from shop.outbox import outbox_item
 
 _NOT_EXISTS = "attribute_not_exists(PK)"
 
@@ -71,10 +70,16 @@ def _order_from_item(item: dict[str, Any]) -> Order:
     )
 
 
+class OrderTableSettings(OutboxSettings, Protocol):
+    @property
+    def request_key_ttl_hours(self) -> int: ...
+
+
 class DynamoOrderRepository:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: OrderTableSettings, *, trace_header: TraceHeader = no_trace_header) -> None:
         self._settings = settings
         self._table = settings.require("orders_table_name")
+        self._trace_header = trace_header
 
     def _outbox_put(self, order: Order, event: CloudEvent) -> dict[str, Any]:
         item = outbox_item(
@@ -83,6 +88,7 @@ class DynamoOrderRepository:
             ttl_days=self._settings.outbox_ttl_days,
             time_shards=self._settings.outbox_time_shards,
             max_event_bytes=self._settings.max_event_bytes,
+            trace_header=self._trace_header(),
         )
         return {"Put": {"TableName": self._table, "Item": item, "ConditionExpression": _NOT_EXISTS}}
 

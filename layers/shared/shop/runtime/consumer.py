@@ -23,11 +23,11 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shop import aws
-from shop.config import Settings
-from shop.envelope import CloudEvent
-from shop.errors import InvalidEnvelope
-from shop.observability import logger, metrics
+from shop.adapters import aws
+from shop.domain.envelope import CloudEvent
+from shop.domain.errors import InvalidEnvelope
+from shop.runtime.config import Settings
+from shop.runtime.observability import logger, metrics
 
 
 def cloud_event_from_sqs_body(body: str) -> CloudEvent:

@@ -8,11 +8,12 @@ tracing still records every invocation and the trace header still travels with e
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
+
+from shop.runtime.config import sdk_call_tracing_enabled
 
 logger = Logger()
 metrics = Metrics()
@@ -29,7 +30,7 @@ class LambdaLevelTracing:
 
 
 def _make_tracer() -> Any:
-    if os.environ.get("TRACE_SDK_CALLS", "false").lower() == "true":
+    if sdk_call_tracing_enabled():
         from aws_lambda_powertools import Tracer  # imported only when asked for
 
         return Tracer()

@@ -25,8 +25,8 @@ class Constraint:
     enum: tuple[str, ...] = ()
 
 
-# The values of shop.orders.OrderStatus and of the reservation statuses an event can carry
-# (shop.inventory.ReservationStatus less CANCELLED, which no event carries); a test compares them.
+# The values of shop.domain.orders.OrderStatus and of the reservation statuses an event can carry
+# (shop.domain.inventory.ReservationStatus less CANCELLED, which no event carries); a test compares them.
 ORDER_STATUSES = ("PENDING", "CONFIRMED", "REJECTED", "CANCELLED")
 RESERVATION_STATUSES = ("RESERVED", "REJECTED", "RELEASED")
 Timestamp = Annotated[str, Constraint(format="date-time")]

@@ -1,4 +1,8 @@
-"""Configuration: every environment variable the functions read, parsed once into typed settings."""
+"""Configuration: every environment variable the package reads, read here and nowhere else.
+
+Settings are parsed once per process; the X-Ray trace header changes with every invocation, so it is
+read at each use (trace_header_from_env, handed to the repositories as a callable).
+"""
 
 from __future__ import annotations
 
@@ -80,3 +84,14 @@ class Settings:
 @cache
 def get_settings() -> Settings:
     return Settings.from_env()
+
+
+def trace_header_from_env() -> str | None:
+    """The X-Ray trace header Lambda sets for the current invocation (active tracing), if any."""
+    return os.environ.get("_X_AMZN_TRACE_ID") or None
+
+
+def sdk_call_tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """TRACE_SDK_CALLS=true: trace each AWS SDK call through Powertools' Tracer (runtime.observability)."""
+    env = os.environ if env is None else env
+    return env.get("TRACE_SDK_CALLS", "false").lower() == "true"

@@ -1,4 +1,4 @@
-"""Publishing outbox entries to EventBridge: PutEvents in ordered chunks, retried entry by entry.
+"""The EventBridge publisher: PutEvents in ordered chunks (shop.domain.publishing), retried entry by entry.
 
 Guarantees of publish_in_order():
 - chunks hold at most 10 entries and at most `max_request_bytes`, in input order;
@@ -20,14 +20,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shop import aws
-from shop.outbox import OutboxEntry
+from shop.adapters import aws
+from shop.domain.outbox import OutboxEntry
+from shop.domain.publishing import PublishResult, ordered_chunks
 
-MAX_ENTRIES_PER_CALL = 10
 RETRYABLE_ENTRY_CODES = frozenset({"ThrottlingException", "InternalFailure", "InternalException"})
 # https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEventsResultEntry.html
 RECORD_REJECTED_CODES = frozenset({"MalformedDetail", "InvalidArgument"})
@@ -36,39 +36,17 @@ RETRYABLE_CALL_CODES = frozenset(
 )
 
 
-@dataclass
-class PublishResult:
-    """What happened to a sequence of entries handed to publish_in_order()."""
-
-    confirmed: int = 0  # leading entries known to be on the bus
-    first_unpublished: int | None = None  # position of the checkpoint, None when all were accepted
-    calls: int = 0
-    failures_by_code: dict[str, int] = field(default_factory=dict)
-    accepted_positions: list[int] = field(default_factory=list)
-    rejected: dict[int, tuple[str, str]] = field(default_factory=dict)  # position -> (code, message)
-
-    def _count(self, code: str) -> None:
-        self.failures_by_code[code] = self.failures_by_code.get(code, 0) + 1
-
-
-def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> list[range]:
-    """Split positions into PutEvents-sized chunks that never repeat an aggregate."""
-    chunks: list[range] = []
-    start, size, aggregates = 0, 0, set[str]()
-    for position, entry in enumerate(entries):
-        full = (
-            position - start == MAX_ENTRIES_PER_CALL
-            or size + entry.size > max_request_bytes
-            or entry.aggregate in aggregates
-        )
-        if full and position > start:
-            chunks.append(range(start, position))
-            start, size, aggregates = position, 0, set()
-        size += entry.size
-        aggregates.add(entry.aggregate)
-    if start < len(entries):
-        chunks.append(range(start, len(entries)))
-    return chunks
+def put_events_entry(entry: OutboxEntry, bus_name: str) -> dict[str, Any]:
+    """The PutEvents entry of an outbox entry (the trace header continues the writer's trace)."""
+    request: dict[str, Any] = {
+        "EventBusName": bus_name,
+        "Source": entry.source,
+        "DetailType": entry.detail_type,
+        "Detail": entry.detail,
+    }
+    if entry.trace_header:
+        request["TraceHeader"] = entry.trace_header
+    return request
 
 
 class EventPublisher:
@@ -128,20 +106,20 @@ class EventPublisher:
             attempt += 1
             try:
                 response = aws.events().put_events(
-                    Entries=[entries[p].to_put_events_entry(self._bus) for p in pending]  # type: ignore[misc]
+                    Entries=[put_events_entry(entries[p], self._bus) for p in pending]  # type: ignore[misc]
                 )
                 result.calls += 1
             except ClientError as exc:
                 result.calls += 1
                 code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
-                result._count(code)
+                result.count_failure(code)
                 if code in RETRYABLE_CALL_CODES and self._backoff(attempt, remaining_seconds):
                     continue
                 return pending[0]
             except BotoCoreError:
                 # Connection or timeout: the call may or may not have landed; retrying can duplicate,
                 # which consumers absorb, whereas giving up early only delays.
-                result._count("ConnectionError")
+                result.count_failure("ConnectionError")
                 if self._backoff(attempt, remaining_seconds):
                     continue
                 return pending[0]
@@ -150,10 +128,10 @@ class EventPublisher:
             for position, outcome in zip(pending, response["Entries"], strict=True):
                 entry_code = outcome.get("ErrorCode")
                 if entry_code in RECORD_REJECTED_CODES:
-                    result._count(entry_code)
+                    result.count_failure(entry_code)
                     result.rejected[position] = (entry_code, str(outcome.get("ErrorMessage", ""))[:500])
                 elif entry_code:
-                    result._count(entry_code)
+                    result.count_failure(entry_code)
                     still_failing.append(position)
                     retryable = retryable and entry_code in RETRYABLE_ENTRY_CODES
                 else:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shop.envelope import CloudEvent
-from shop.errors import InvalidEnvelope
-from shop.inventory import INVENTORY_REJECTED, INVENTORY_RESERVED
-from shop.orders import OrderService, OrderStatus
+from shop.domain.envelope import CloudEvent
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.inventory import INVENTORY_REJECTED, INVENTORY_RESERVED
+from shop.domain.orders import OrderService, OrderStatus
 
 _STATUS_FOR_INVENTORY_ANSWER = {
     INVENTORY_RESERVED: OrderStatus.CONFIRMED,

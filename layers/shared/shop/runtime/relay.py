@@ -20,12 +20,13 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shop.envelope import parse_time
-from shop.errors import InvalidEnvelope
-from shop.observability import logger, metrics
-from shop.outbox import OutboxEntry, decode_outbox_image, event_id_of_image, is_outbox_image
-from shop.poison import PoisonRecord, PoisonSink
-from shop.publisher import EventPublisher, PublishResult
+from shop.adapters.outbox_items import decode_outbox_image, event_id_of_image, is_outbox_image
+from shop.domain.envelope import parse_time
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.outbox import OutboxEntry
+from shop.domain.poison import PoisonRecord, PoisonSink
+from shop.domain.publishing import OutboxPublisher, PublishResult
+from shop.runtime.observability import logger, metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class RelayOutcome:
 
 def relay_outbox_changes(
     changes: Sequence[StreamChange],
-    publisher: EventPublisher,
+    publisher: OutboxPublisher,
     poison_sink: PoisonSink,
     max_event_bytes: int,
     remaining_seconds: Callable[[], float] = lambda: 60.0,

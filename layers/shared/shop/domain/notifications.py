@@ -1,4 +1,4 @@
-"""Customer notifications: one SNS message per saga outcome event.
+"""Customer notifications: one message per saga outcome event, on a channel (SNS: adapters.sns).
 
 Publishing to SNS is not transactional with anything: the idempotency record is the only guard, so
 a crash after Publish and before the record completes re-sends the notification on redelivery.
@@ -8,18 +8,23 @@ Each message carries the event id (`eventId` attribute) so a subscriber can drop
 from __future__ import annotations
 
 import json
+from typing import Protocol
 
-from shop import aws
-from shop.envelope import CloudEvent
-from shop.errors import InvalidEnvelope
-from shop.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_REJECTED
+from shop.domain.envelope import CloudEvent
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_REJECTED
 
 NOTIFIABLE = frozenset({ORDER_CONFIRMED, ORDER_REJECTED, ORDER_CANCELLED})
 
 
+class NotificationChannel(Protocol):
+    def send(self, message: str, attributes: dict[str, str]) -> str:
+        """Deliver one message with its string attributes; returns the channel's message id."""
+
+
 class CustomerNotifier:
-    def __init__(self, topic_arn: str) -> None:
-        self._topic_arn = topic_arn
+    def __init__(self, channel: NotificationChannel) -> None:
+        self._channel = channel
 
     def notify(self, event: CloudEvent) -> str:
         if event.type not in NOTIFIABLE:
@@ -33,12 +38,7 @@ class CustomerNotifier:
             "status": event.data.get("status"),
             "sequence": event.sequence,
         }
-        response = aws.sns().publish(
-            TopicArn=self._topic_arn,
-            Message=json.dumps(message, separators=(",", ":")),
-            MessageAttributes={
-                "eventId": {"DataType": "String", "StringValue": event.id},
-                "eventType": {"DataType": "String", "StringValue": event.type},
-            },
+        message_id = self._channel.send(
+            json.dumps(message, separators=(",", ":")), {"eventId": event.id, "eventType": event.type}
         )
-        return f"notified:{response['MessageId']}"
+        return f"notified:{message_id}"

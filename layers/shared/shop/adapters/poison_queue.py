@@ -1,4 +1,4 @@
-"""Poison outbox records: items the relay can never publish, parked whole in the relay's poison queue.
+"""The relay's poison queue (SQS): poison outbox records (shop.domain.poison), parked whole.
 
 A poison record (undecodable image, invalid envelope, event larger than the bus accepts) fails the
 same way on every retry. Reporting it in `batchItemFailures` would hold its shard and, with
@@ -16,30 +16,15 @@ The message body (JSON, `kind` = "outbox-poison", `version` = 1):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from shop import aws, keys
-from shop.envelope import format_time, now
+from shop.adapters import aws, keys
+from shop.domain.envelope import format_time, now
+from shop.domain.poison import PoisonRecord
 
 POISON_KIND = "outbox-poison"
 # SQS accepts 256 KiB per message (1 MiB since 2025 in some regions): stay under the smaller limit.
 MAX_MESSAGE_BYTES = 262_144
-
-
-@dataclass(frozen=True, slots=True)
-class PoisonRecord:
-    sequence_number: str
-    event_id: str
-    reason: str
-    image: dict[str, Any]
-    details: dict[str, Any] = field(default_factory=dict)
-    stream_arn: str | None = None
-
-
-class PoisonSink(Protocol):
-    def park(self, record: PoisonRecord) -> None:
-        """Keep the record durably; raise when it could not be kept (the relay then waits)."""
 
 
 def poison_message_body(record: PoisonRecord) -> str:

@@ -6,12 +6,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shop import aws, keys
-from shop.config import Settings
-from shop.dynamo import cancellation_codes, raise_if_throttled
-from shop.envelope import CloudEvent
-from shop.inventory import InsufficientStock, Reservation, ReservationChanged, ReservationStatus
-from shop.outbox import outbox_item
+from shop.adapters import aws, keys
+from shop.adapters.dynamo import cancellation_codes, raise_if_throttled
+from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_item
+from shop.domain.envelope import CloudEvent
+from shop.domain.inventory import InsufficientStock, Reservation, ReservationChanged, ReservationStatus
 
 _NOT_EXISTS = "attribute_not_exists(PK)"
 
@@ -42,9 +41,10 @@ def _reservation_from_item(item: dict[str, Any]) -> Reservation:
 
 
 class DynamoInventoryRepository:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: OutboxSettings, *, trace_header: TraceHeader = no_trace_header) -> None:
         self._settings = settings
         self._table = settings.require("inventory_table_name")
+        self._trace_header = trace_header
 
     def _outbox_put(self, order_id: str, event: CloudEvent) -> dict[str, Any]:
         item = outbox_item(
@@ -53,6 +53,7 @@ class DynamoInventoryRepository:
             ttl_days=self._settings.outbox_ttl_days,
             time_shards=self._settings.outbox_time_shards,
             max_event_bytes=self._settings.max_event_bytes,
+            trace_header=self._trace_header(),
         )
         return {"Put": {"TableName": self._table, "Item": item, "ConditionExpression": _NOT_EXISTS}}
 

@@ -15,10 +15,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
-from shop.envelope import CloudEvent, format_time, now
-from shop.errors import InvalidEnvelope
-from shop.event_types import Rejection, ReservationData
-from shop.orders import ORDER_CANCELLED, ORDER_CREATED
+from shop.domain.envelope import CloudEvent, format_time, now
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.event_types import Rejection, ReservationData
+from shop.domain.orders import ORDER_CANCELLED, ORDER_CREATED
 
 EVENT_SOURCE = "shop.inventory"
 INVENTORY_RESERVED = "InventoryReserved"
@@ -71,11 +71,24 @@ class ReservationChanged(Exception):
 
 
 class InventoryRepository(Protocol):
+    """Every write is all or nothing. A new reservation is refused (ReservationChanged) when the order
+    has one already; a change is refused (ReservationChanged) unless the stored reservation still has
+    the order sequence and status of `current`."""
+
     def get_reservation(self, order_id: str) -> Reservation | None: ...
-    def reserve(self, reservation: Reservation, event: CloudEvent) -> None: ...
-    def record_new(self, reservation: Reservation, event: CloudEvent | None) -> None: ...
-    def release(self, current: Reservation, released: Reservation, event: CloudEvent) -> None: ...
-    def update_status(self, current: Reservation, changed: Reservation) -> None: ...
+
+    def reserve(self, reservation: Reservation, event: CloudEvent) -> None:
+        """Take every line's quantity from stock, record the reservation and its event; raise
+        InsufficientStock naming every short SKU (in line order) when any SKU lacks the quantity."""
+
+    def record_new(self, reservation: Reservation, event: CloudEvent | None) -> None:
+        """Record a reservation that holds no stock (rejected, or a cancel's tombstone) and its event."""
+
+    def release(self, current: Reservation, released: Reservation, event: CloudEvent) -> None:
+        """Give `current`'s lines back to stock and store `released` with its event."""
+
+    def update_status(self, current: Reservation, changed: Reservation) -> None:
+        """Store `changed` (no stock moves, no event)."""
 
 
 def order_lines(event: CloudEvent) -> tuple[tuple[str, int], ...]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shop.errors import InvalidEnvelope
+from shop.domain.errors import InvalidEnvelope
 
 SPEC_VERSION = "1.0"
 CONTENT_TYPE = "application/json"

@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shop.errors import ServiceBusy
+from shop.domain.errors import ServiceBusy
 
 _THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}

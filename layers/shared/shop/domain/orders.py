@@ -11,17 +11,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from shop.config import Settings
-from shop.envelope import CloudEvent, format_time, now
-from shop.errors import (
+from shop.domain.envelope import CloudEvent, format_time, now
+from shop.domain.errors import (
     ConcurrentModification,
     IdempotencyKeyReused,
     IllegalTransition,
     OrderNotFound,
     RequestInProgress,
 )
-from shop.event_types import OrderData, OrderItemData
-from shop.outbox import ensure_publishable
+from shop.domain.event_types import OrderData, OrderItemData
+from shop.domain.outbox import ensure_publishable
 
 EVENT_SOURCE = "shop.orders"
 ORDER_CREATED = "OrderCreated"
@@ -176,10 +175,25 @@ class VersionConflict(Exception):
 
 
 class OrderRepository(Protocol):
-    def create(self, order: Order, event: CloudEvent, request: RequestRecord | None) -> None: ...
+    def create(self, order: Order, event: CloudEvent, request: RequestRecord | None) -> None:
+        """Write the order, its event and the request record (if any) atomically, or nothing: raise
+        RequestKeyTaken when the caller's Idempotency-Key already has an unexpired record."""
+
     def get(self, order_id: str) -> Order | None: ...
-    def get_request(self, caller: str, idempotency_key: str) -> RequestRecord | None: ...
-    def save_transition(self, order: Order, expected_version: int, event: CloudEvent) -> None: ...
+
+    def get_request(self, caller: str, idempotency_key: str) -> RequestRecord | None:
+        """The caller's unexpired record of this Idempotency-Key, if any."""
+
+    def save_transition(self, order: Order, expected_version: int, event: CloudEvent) -> None:
+        """Write the changed order and its event atomically, only if the stored version is still
+        `expected_version`; otherwise write nothing and raise VersionConflict."""
+
+
+class OrderSettings(Protocol):
+    """The settings values the order service needs (runtime.config.Settings is one)."""
+
+    @property
+    def max_event_bytes(self) -> int: ...
 
 
 def new_order_id() -> str:
@@ -190,12 +204,12 @@ class OrderService:
     def __init__(
         self,
         repository: OrderRepository,
-        settings: Settings,
+        settings: OrderSettings,
         clock: Callable[[], datetime] = now,
         new_id: Callable[[], str] = new_order_id,
     ) -> None:
         self._repository = repository
-        self._settings = settings
+        self._max_event_bytes = settings.max_event_bytes
         self._clock = clock
         self._new_id = new_id
 
@@ -221,7 +235,7 @@ class OrderService:
             updated_at=at,
         )
         event = order.event(ORDER_CREATED, correlation_id)
-        ensure_publishable(event, self._settings.max_event_bytes)
+        ensure_publishable(event, self._max_event_bytes)
         request = None
         if idempotency_key is not None:
             request = RequestRecord(

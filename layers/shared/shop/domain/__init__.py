@@ -1,0 +1,7 @@
+"""The domain: order and inventory rules, the saga, the CloudEvents envelope, errors, the outbox in domain
+terms (what may be written, the entry it becomes on the bus) and the poison-record model.
+
+Imports: the standard library and other shop.domain modules only. What the rules need from outside
+(repositories, the publisher, the notification channel, the poison sink, settings values) is declared
+here as a typing.Protocol and injected by the caller, so every rule runs without AWS.
+"""

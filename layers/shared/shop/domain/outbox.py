@@ -1,0 +1,58 @@
+"""The outbox in domain terms: which events may be written, and the entry an outbox event becomes.
+
+How an outbox event is stored (the table item, its keys and TTL) is adapters.outbox_items; how an
+entry reaches the bus is adapters.eventbridge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shop.domain.envelope import CloudEvent, entry_size
+from shop.domain.errors import EventTooLarge, InvalidEnvelope
+
+
+def ensure_publishable(event: CloudEvent, max_event_bytes: int) -> None:
+    """Refuse, at write time, an event that PutEvents could never accept."""
+    size = event.entry_size()
+    if size > max_event_bytes:
+        raise EventTooLarge(
+            "the event for this change exceeds the event bus size limit",
+            {"eventBytes": size, "limitBytes": max_event_bytes},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """One outbox event, ready to become one PutEvents entry."""
+
+    event_id: str
+    source: str
+    detail_type: str
+    detail: str
+    aggregate: str
+    sequence: int
+    occurred_at: str
+    correlation_id: str
+    trace_header: str | None
+    size: int
+
+
+def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None = None) -> OutboxEntry:
+    """The publishable entry for a stored envelope, or InvalidEnvelope (a poison record)."""
+    event = CloudEvent.from_json(envelope)
+    size = entry_size(event.source, event.type, envelope)
+    if size > max_event_bytes:
+        raise InvalidEnvelope("event exceeds the event bus size limit", {"eventBytes": size})
+    return OutboxEntry(
+        event_id=event.id,
+        source=event.source,
+        detail_type=event.type,
+        detail=envelope,
+        aggregate=f"{event.source}|{event.subject}",
+        sequence=event.sequence,
+        occurred_at=event.time,
+        correlation_id=event.correlationid,
+        trace_header=trace_header,
+        size=size,
+    )

@@ -1,0 +1,56 @@
+"""Publishing outbox entries in order: the chunking rule, the result the relay checkpoints from, and
+the publisher interface (adapters.eventbridge implements it with PutEvents and says what it guarantees).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from shop.domain.outbox import OutboxEntry
+
+MAX_ENTRIES_PER_CALL = 10  # PutEvents takes at most 10 entries per call
+
+
+@dataclass
+class PublishResult:
+    """What happened to a sequence of entries handed to publish_in_order()."""
+
+    confirmed: int = 0  # leading entries known to be on the bus
+    first_unpublished: int | None = None  # position of the checkpoint, None when all were accepted
+    calls: int = 0
+    failures_by_code: dict[str, int] = field(default_factory=dict)
+    accepted_positions: list[int] = field(default_factory=list)
+    rejected: dict[int, tuple[str, str]] = field(default_factory=dict)  # position -> (code, message)
+
+    def count_failure(self, code: str) -> None:
+        self.failures_by_code[code] = self.failures_by_code.get(code, 0) + 1
+
+
+class OutboxPublisher(Protocol):
+    def publish_in_order(
+        self, entries: Sequence[OutboxEntry], remaining_seconds: Callable[[], float] = ...
+    ) -> PublishResult:
+        """Publish in input order; stop at the first failure that remains (its position is the
+        result's first_unpublished); report entries refused for what they are in `rejected`."""
+
+
+def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> list[range]:
+    """Split positions into PutEvents-sized chunks that never repeat an aggregate."""
+    chunks: list[range] = []
+    start, size, aggregates = 0, 0, set[str]()
+    for position, entry in enumerate(entries):
+        full = (
+            position - start == MAX_ENTRIES_PER_CALL
+            or size + entry.size > max_request_bytes
+            or entry.aggregate in aggregates
+        )
+        if full and position > start:
+            chunks.append(range(start, position))
+            start, size, aggregates = position, 0, set()
+        size += entry.size
+        aggregates.add(entry.aggregate)
+    if start < len(entries):
+        chunks.append(range(start, len(entries)))
+    return chunks

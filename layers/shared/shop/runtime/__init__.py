@@ -1,0 +1,6 @@
+"""The Lambda runtime side: configuration (runtime.config: every environment variable is read there),
+observability (one logger, tracer and metrics instance), the consumers' Powertools batch + idempotency,
+the outbox relay (it records metrics), and the wiring that builds services from settings.
+
+Imports: shop.domain, shop.adapters, Powertools, boto3/botocore and the standard library.
+"""

@@ -1,0 +1,181 @@
+"""The layers of the shop package, checked on the source: every import statement (at any depth, in
+TYPE_CHECKING blocks too, relative ones resolved) of every module.
+
+    shop.domain    the standard library and shop.domain only (so never boto3, botocore, Powertools,
+                   shop.adapters or shop.runtime)
+    shop.adapters  never shop.runtime
+    operations     imported only by operations/, tools/ and the tests that exercise it: no shipped code
+                   (the layer, the functions) and no other code depends on operator commands
+and the key design stays in one module: no shipped or operator code but shop/adapters/keys.py spells a
+key prefix.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.local.template import ROOT
+
+SHOP = ROOT / "layers" / "shared" / "shop"
+DOMAIN_NEVER = ("boto3", "botocore", "aws_lambda_powertools", "shop.adapters", "shop.runtime")
+KEY_PREFIXES = ("ORDER#", "REQUEST#", "SKU#", "RESERVATION#", "OUTBOX#")
+NOT_PROJECT_CODE = {".venv", ".venv-scan", ".aws-sam", ".mutation", "node_modules", ".git"}
+
+
+def module_name(path: Path, source_root: Path) -> str:
+    parts = list(path.relative_to(source_root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, source_root: Path) -> Iterator[str]:
+    """Every module an import statement of `path` names; `from a import b` names a and a.b."""
+    module = module_name(path, source_root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(files: list[Path], source_root: Path, forbidden: Callable[[str], bool]) -> list[str]:
+    return sorted(
+        f"{path.relative_to(source_root)} imports {name}"
+        for path in files
+        for name in set(imports(path, source_root))
+        if forbidden(name)
+    )
+
+
+def domain_may_not_import(name: str) -> bool:
+    top = name.partition(".")[0]
+    if any(within(name, never) for never in DOMAIN_NEVER):
+        return True
+    return not (within(name, "shop.domain") or top in sys.stdlib_module_names or name == "shop")
+
+
+def adapters_may_not_import(name: str) -> bool:
+    return within(name, "shop.runtime")
+
+
+def python_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if not NOT_PROJECT_CODE & set(p.relative_to(root).parts))
+
+
+# --- the rules ---------------------------------------------------------------------------------------------
+def test_the_domain_imports_only_the_standard_library_and_itself():
+    files = python_files(SHOP / "domain")
+    assert len(files) >= 10  # the package is where this test looks for it
+    assert violations(files, SHOP.parent, domain_may_not_import) == []
+
+
+def test_adapters_never_import_the_runtime():
+    files = python_files(SHOP / "adapters")
+    assert len(files) >= 10
+    assert violations(files, SHOP.parent, adapters_may_not_import) == []
+
+
+def test_only_operator_code_tools_and_their_tests_import_operations():
+    outside = [
+        path
+        for path in python_files(ROOT)
+        if path.relative_to(ROOT).parts[0] not in {"operations", "tools", "tests"}
+    ]
+    assert any(path.is_relative_to(SHOP) for path in outside)
+    assert any(path.is_relative_to(ROOT / "functions") for path in outside)
+    assert violations(outside, ROOT, lambda name: within(name, "operations")) == []
+
+
+def spelled_key_prefixes(path: Path) -> list[str]:
+    """String literals of `path` holding a key prefix (docstrings, which only describe keys, aside)."""
+    tree = ast.parse(path.read_text())
+    prose = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in prose
+        and any(prefix in node.value for prefix in KEY_PREFIXES)
+    ]
+
+
+def test_only_the_key_design_module_spells_key_prefixes():
+    code = [
+        *python_files(ROOT / "layers"),
+        *python_files(ROOT / "functions"),
+        *python_files(ROOT / "operations"),
+    ]
+    spelled = {
+        str(path.relative_to(ROOT)): found
+        for path in code
+        if path != SHOP / "adapters" / "keys.py" and (found := spelled_key_prefixes(path))
+    }
+    assert spelled == {}
+    assert spelled_key_prefixes(SHOP / "adapters" / "keys.py")  # where they are, it finds them
+
+
+# --- the checks themselves can fail ------------------------------------------------------------------------
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    for sub in ("domain", "adapters"):
+        (tmp_path / "shop" / sub).mkdir(parents=True)
+        (tmp_path / "shop" / sub / "__init__.py").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import boto3",
+        "from botocore.exceptions import ClientError",
+        "from aws_lambda_powertools import Logger",
+        "from shop.adapters import keys",
+        "from shop import runtime",
+        "from ..runtime.config import Settings",
+        "from . import missing\nfrom .. import adapters",
+        "import pydantic",
+        "if TYPE_CHECKING:\n    from mypy_boto3_dynamodb import DynamoDBClient",
+        "def later():\n    import boto3",
+    ],
+)
+def test_a_domain_module_importing_outside_the_domain_is_caught(package: Path, statement: str):
+    module = package / "shop" / "domain" / "rules.py"
+    module.write_text(f"from __future__ import annotations\nimport json\n{statement}\n")
+
+    assert violations([module], package, domain_may_not_import) != []
+
+
+def test_a_domain_module_importing_the_domain_and_the_standard_library_passes(package: Path):
+    module = package / "shop" / "domain" / "rules.py"
+    module.write_text(
+        "import json\nfrom datetime import UTC\nfrom shop.domain.errors import X\nfrom . import y\n"
+    )
+
+    assert violations([module], package, domain_may_not_import) == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["from shop.runtime.config import Settings", "from ..runtime import config", "import shop.runtime"],
+)
+def test_an_adapter_importing_the_runtime_is_caught(package: Path, statement: str):
+    module = package / "shop" / "adapters" / "store.py"
+    module.write_text(f"import boto3\nfrom shop.domain.orders import Order\n{statement}\n")
+
+    assert violations([module], package, adapters_may_not_import) != []

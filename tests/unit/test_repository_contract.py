@@ -1,0 +1,387 @@
+"""One contract, two implementations: the in-memory repositories (tests/support/memory.py) and the
+DynamoDB ones (on moto) must answer every case alike, so domain tests on the fakes say something true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import boto3
+import pytest
+
+from shop.adapters import keys
+from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.outbox_items import ENVELOPE
+from shop.domain.envelope import CloudEvent
+from shop.domain.errors import EventTooLarge
+from shop.domain.inventory import (
+    INVENTORY_REJECTED,
+    INVENTORY_RELEASED,
+    INVENTORY_RESERVED,
+    InsufficientStock,
+    InventoryRepository,
+    Reservation,
+    ReservationChanged,
+    ReservationStatus,
+)
+from shop.domain.orders import (
+    ORDER_CANCELLED,
+    ORDER_CONFIRMED,
+    ORDER_CREATED,
+    Order,
+    OrderLine,
+    OrderRepository,
+    OrderStatus,
+    RequestKeyTaken,
+    RequestRecord,
+    VersionConflict,
+)
+from shop.runtime.config import Settings
+from tests.support.memory import InMemoryInventoryRepository, InMemoryOrderRepository
+from tools.local.template import Template
+
+MAX_EVENT_BYTES = 4096  # small enough for a test to exceed, large enough for every event below
+CALLER = "arn:aws:iam::123456789012:user/alice"
+AT = "2026-11-21T12:00:00.000Z"
+LATER = "2026-11-21T12:05:00.000Z"
+
+
+class StockedInventory(InventoryRepository, Protocol):
+    def set_stock(self, sku: str, available: int) -> None: ...
+    def available(self, sku: str) -> int | None: ...
+
+
+@dataclass
+class OrderStore:
+    repository: OrderRepository
+    outbox: Callable[[str], list[CloudEvent]]  # order id -> its outbox events, by sequence
+    expire_request: Callable[[str, str], None]
+
+
+@dataclass
+class InventoryStore:
+    repository: StockedInventory
+    outbox: Callable[[str], list[CloudEvent]]  # order id -> its reservation's outbox events
+
+
+def dynamodb_outbox(table: str, partition: str) -> list[CloudEvent]:
+    items = boto3.client("dynamodb").query(
+        TableName=table,
+        KeyConditionExpression="#pk = :pk AND begins_with(#sk, :outbox)",
+        ExpressionAttributeNames={"#pk": keys.PK, "#sk": keys.SK},
+        ExpressionAttributeValues={":pk": {"S": partition}, ":outbox": {"S": keys.OUTBOX_SK_PREFIX}},
+    )["Items"]
+    return [CloudEvent.from_json(item[ENVELOPE]["S"]) for item in items]
+
+
+@pytest.fixture
+def dynamodb_settings(
+    request: pytest.FixtureRequest, template: Template, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    request.getfixturevalue("aws")  # moto, with the template's tables
+    monkeypatch.setenv("ORDERS_TABLE_NAME", template.physical_name("OrdersTable"))
+    monkeypatch.setenv("INVENTORY_TABLE_NAME", template.physical_name("InventoryTable"))
+    monkeypatch.setenv("MAX_EVENT_BYTES", str(MAX_EVENT_BYTES))
+    return Settings.from_env()
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def orders(request: pytest.FixtureRequest) -> OrderStore:
+    if request.param == "memory":
+        memory = InMemoryOrderRepository(max_event_bytes=MAX_EVENT_BYTES)
+        return OrderStore(memory, memory.outbox.events, memory.expire_request)
+    settings: Settings = request.getfixturevalue("dynamodb_settings")
+    table = settings.orders_table_name
+
+    def expire(caller: str, key: str) -> None:
+        boto3.client("dynamodb").update_item(
+            TableName=table,
+            Key=keys.request_key(caller, key),
+            UpdateExpression="SET expiresAt = :past",
+            ExpressionAttributeValues={":past": {"N": "0"}},
+        )
+
+    return OrderStore(
+        DynamoOrderRepository(settings),
+        lambda order_id: dynamodb_outbox(table, keys.order_partition(order_id)),
+        expire,
+    )
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def inventory(request: pytest.FixtureRequest) -> InventoryStore:
+    if request.param == "memory":
+        memory = InMemoryInventoryRepository(max_event_bytes=MAX_EVENT_BYTES)
+        return InventoryStore(memory, memory.outbox.events)
+    settings: Settings = request.getfixturevalue("dynamodb_settings")
+    table = settings.inventory_table_name
+    return InventoryStore(
+        DynamoInventoryRepository(settings),
+        lambda order_id: dynamodb_outbox(table, keys.reservation_partition(order_id)),
+    )
+
+
+# --- orders ----------------------------------------------------------------------------------------------
+def pending(order_id: str = "o-1") -> Order:
+    lines = (OrderLine("SKU-A", 2, 1250), OrderLine("SKU-B", 1, 399))
+    return Order(order_id, "c-1", "USD", lines, OrderStatus.PENDING, 1, AT, AT)
+
+
+def created(order: Order) -> CloudEvent:
+    return order.event(ORDER_CREATED, "corr-1")
+
+
+def request_for(order: Order, key: str = "key-1", caller: str = CALLER) -> RequestRecord:
+    return RequestRecord(caller, key, f"fingerprint-of-{order.order_id}", order.order_id, order.to_dict())
+
+
+def test_a_created_order_is_read_back_with_its_event(orders: OrderStore):
+    order = pending()
+    orders.repository.create(order, created(order), None)
+
+    assert orders.repository.get(order.order_id) == order
+    assert orders.outbox(order.order_id) == [created(order)]
+
+
+def test_what_was_never_written_reads_as_none(orders: OrderStore):
+    assert orders.repository.get("o-missing") is None
+    assert orders.repository.get_request(CALLER, "key-missing") is None
+
+
+def test_a_request_record_binds_its_key_and_a_second_create_with_it_writes_nothing(orders: OrderStore):
+    first, second = pending("o-1"), pending("o-2")
+    orders.repository.create(first, created(first), request_for(first))
+
+    with pytest.raises(RequestKeyTaken):
+        orders.repository.create(second, created(second), request_for(second))
+
+    assert orders.repository.get_request(CALLER, "key-1") == request_for(first)
+    assert orders.repository.get(second.order_id) is None
+    assert orders.outbox(second.order_id) == []
+
+
+def test_the_same_key_sent_by_another_caller_is_another_key(orders: OrderStore):
+    first, second = pending("o-1"), pending("o-2")
+    orders.repository.create(first, created(first), request_for(first, caller=CALLER))
+    orders.repository.create(second, created(second), request_for(second, caller="arn:aws:iam::1:user/bob"))
+
+    assert orders.repository.get_request("arn:aws:iam::1:user/bob", "key-1") == request_for(
+        second, caller="arn:aws:iam::1:user/bob"
+    )
+    assert orders.repository.get_request(CALLER, "key-1") == request_for(first)
+
+
+def test_an_expired_request_record_is_not_returned_and_its_key_can_be_taken_again(orders: OrderStore):
+    first, second = pending("o-1"), pending("o-2")
+    orders.repository.create(first, created(first), request_for(first))
+    orders.expire_request(CALLER, "key-1")
+
+    assert orders.repository.get_request(CALLER, "key-1") is None
+    orders.repository.create(second, created(second), request_for(second))
+    assert orders.repository.get_request(CALLER, "key-1") == request_for(second)
+
+
+def test_a_transition_at_the_expected_version_is_stored_with_its_event(orders: OrderStore):
+    order = pending()
+    orders.repository.create(order, created(order), None)
+    confirmed = replace(order, status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
+    event = confirmed.event(ORDER_CONFIRMED, "corr-1")
+
+    orders.repository.save_transition(confirmed, 1, event)
+
+    assert orders.repository.get(order.order_id) == confirmed
+    assert orders.outbox(order.order_id) == [created(order), event]
+
+
+def test_a_transition_from_a_stale_version_is_refused_and_writes_nothing(orders: OrderStore):
+    order = pending()
+    orders.repository.create(order, created(order), None)
+    confirmed = replace(order, status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
+    orders.repository.save_transition(confirmed, 1, confirmed.event(ORDER_CONFIRMED, "corr-1"))
+    # a writer that read version 1 before the confirmation
+    cancelled = replace(order, status=OrderStatus.CANCELLED, version=2, updated_at=LATER)
+
+    with pytest.raises(VersionConflict):
+        orders.repository.save_transition(cancelled, 1, cancelled.event(ORDER_CANCELLED, "corr-2"))
+
+    assert orders.repository.get(order.order_id) == confirmed
+    assert [e.type for e in orders.outbox(order.order_id)] == [ORDER_CREATED, ORDER_CONFIRMED]
+
+
+def test_a_transition_of_an_order_never_created_is_a_version_conflict(orders: OrderStore):
+    cancelled = replace(pending("o-ghost"), status=OrderStatus.CANCELLED, version=2)
+
+    with pytest.raises(VersionConflict):
+        orders.repository.save_transition(cancelled, 1, cancelled.event(ORDER_CANCELLED, "corr-1"))
+
+    assert orders.repository.get("o-ghost") is None
+    assert orders.outbox("o-ghost") == []
+
+
+def test_an_event_the_bus_could_not_take_is_refused_before_anything_is_written(orders: OrderStore):
+    order = pending()
+    orders.repository.create(order, created(order), None)
+    cancelled = replace(order, status=OrderStatus.CANCELLED, version=2, updated_at=LATER)
+    oversize = replace(cancelled.event(ORDER_CANCELLED, "corr-1"), data={"padding": "x" * MAX_EVENT_BYTES})
+
+    with pytest.raises(EventTooLarge):
+        orders.repository.save_transition(cancelled, 1, oversize)
+
+    assert orders.repository.get(order.order_id) == order
+    assert orders.outbox(order.order_id) == [created(order)]
+
+
+# --- inventory -------------------------------------------------------------------------------------------
+ORDER_EVENT = CloudEvent.new(
+    source="shop.orders", type=ORDER_CREATED, subject="o-1", sequence=1, data={}, correlation_id="corr-1"
+)
+
+
+def reservation(
+    status: ReservationStatus = ReservationStatus.RESERVED,
+    lines: tuple[tuple[str, int], ...] = (("SKU-A", 2), ("SKU-B", 1)),
+    order_sequence: int = 1,
+    version: int = 1,
+) -> Reservation:
+    return Reservation("o-1", status, lines, order_sequence, version, AT)
+
+
+def stocked(inventory: InventoryStore, stock: dict[str, int]) -> None:
+    for sku, available in stock.items():
+        inventory.repository.set_stock(sku, available)
+
+
+def levels(inventory: InventoryStore, *skus: str) -> list[int | None]:
+    return [inventory.repository.available(sku) for sku in skus]
+
+
+def test_a_reservation_takes_every_line_from_stock_with_its_event(inventory: InventoryStore):
+    stocked(inventory, {"SKU-A": 5, "SKU-B": 1})
+    reserved = reservation()
+    event = reserved.event(INVENTORY_RESERVED, ORDER_EVENT)
+
+    inventory.repository.reserve(reserved, event)
+
+    assert levels(inventory, "SKU-A", "SKU-B") == [3, 0]
+    assert inventory.repository.get_reservation("o-1") == reserved
+    assert inventory.outbox("o-1") == [event]
+
+
+def test_a_short_reservation_names_every_short_sku_and_takes_nothing(inventory: InventoryStore):
+    stocked(inventory, {"SKU-A": 5, "SKU-B": 1})
+    wanted = reservation(lines=(("SKU-A", 2), ("SKU-B", 2), ("SKU-C", 1)))  # B short, C never stocked
+
+    with pytest.raises(InsufficientStock) as short:
+        inventory.repository.reserve(wanted, wanted.event(INVENTORY_RESERVED, ORDER_EVENT))
+
+    assert short.value.skus == ["SKU-B", "SKU-C"]
+    assert levels(inventory, "SKU-A", "SKU-B", "SKU-C") == [5, 1, None]
+    assert inventory.repository.get_reservation("o-1") is None
+    assert inventory.outbox("o-1") == []
+
+
+def test_an_order_is_reserved_at_most_once(inventory: InventoryStore):
+    stocked(inventory, {"SKU-A": 5, "SKU-B": 5})
+    inventory.repository.reserve(reservation(), reservation().event(INVENTORY_RESERVED, ORDER_EVENT))
+    again = reservation(order_sequence=2)
+
+    with pytest.raises(ReservationChanged):
+        inventory.repository.reserve(again, replace(again, version=2).event(INVENTORY_RESERVED, ORDER_EVENT))
+
+    assert levels(inventory, "SKU-A", "SKU-B") == [3, 4]
+    assert inventory.repository.get_reservation("o-1") == reservation()
+
+
+def test_a_reservation_holding_no_stock_is_recorded_once_and_only_with_the_event_given(
+    inventory: InventoryStore,
+):
+    tombstone = reservation(ReservationStatus.CANCELLED, lines=(), order_sequence=2)
+    inventory.repository.record_new(tombstone, None)
+
+    assert inventory.repository.get_reservation("o-1") == tombstone
+    assert inventory.outbox("o-1") == []
+    rejected = reservation(ReservationStatus.REJECTED)
+    with pytest.raises(ReservationChanged):
+        inventory.repository.record_new(rejected, rejected.event(INVENTORY_REJECTED, ORDER_EVENT))
+    assert inventory.repository.get_reservation("o-1") == tombstone
+    assert inventory.outbox("o-1") == []
+
+
+def test_a_release_returns_the_stock_and_stores_the_released_reservation_with_its_event(
+    inventory: InventoryStore,
+):
+    stocked(inventory, {"SKU-A": 5, "SKU-B": 1})
+    reserved = reservation()
+    inventory.repository.reserve(reserved, reserved.event(INVENTORY_RESERVED, ORDER_EVENT))
+    released = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=2, version=2)
+    event = released.event(INVENTORY_RELEASED, ORDER_EVENT)
+
+    inventory.repository.release(reserved, released, event)
+
+    assert levels(inventory, "SKU-A", "SKU-B") == [5, 1]
+    assert inventory.repository.get_reservation("o-1") == released
+    assert [e.type for e in inventory.outbox("o-1")] == [INVENTORY_RESERVED, INVENTORY_RELEASED]
+
+
+@pytest.mark.parametrize("change", ["release", "update_status"])
+def test_a_change_based_on_a_reservation_that_changed_since_it_was_read_is_refused(
+    inventory: InventoryStore, change: str
+):
+    stocked(inventory, {"SKU-A": 5, "SKU-B": 1})
+    reserved = reservation()
+    inventory.repository.reserve(reserved, reserved.event(INVENTORY_RESERVED, ORDER_EVENT))
+    released = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=2, version=2)
+    inventory.repository.release(reserved, released, released.event(INVENTORY_RELEASED, ORDER_EVENT))
+    outbox_before = inventory.outbox("o-1")
+
+    # A second writer still holding the RESERVED reservation it read before the release
+    again = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=3, version=3)
+    attempts: dict[str, Callable[[], Any]] = {
+        "release": lambda: inventory.repository.release(
+            reserved, again, again.event(INVENTORY_RELEASED, ORDER_EVENT)
+        ),
+        "update_status": lambda: inventory.repository.update_status(reserved, again),
+    }
+    with pytest.raises(ReservationChanged):
+        attempts[change]()
+
+    assert levels(inventory, "SKU-A", "SKU-B") == [5, 1]
+    assert inventory.repository.get_reservation("o-1") == released
+    assert inventory.outbox("o-1") == outbox_before
+
+
+def test_a_status_update_moves_no_stock_and_writes_no_event(inventory: InventoryStore):
+    stocked(inventory, {"SKU-A": 5, "SKU-B": 5})
+    rejected = reservation(ReservationStatus.REJECTED)
+    inventory.repository.record_new(rejected, rejected.event(INVENTORY_REJECTED, ORDER_EVENT))
+    cancelled = replace(rejected, status=ReservationStatus.CANCELLED, order_sequence=2)
+
+    inventory.repository.update_status(rejected, cancelled)
+
+    assert inventory.repository.get_reservation("o-1") == cancelled
+    assert levels(inventory, "SKU-A", "SKU-B") == [5, 5]
+    assert [e.type for e in inventory.outbox("o-1")] == [INVENTORY_REJECTED]
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        {"status": ReservationStatus.RESERVED},  # the sequence read matches, the status does not
+        {"order_sequence": 2},  # the status read matches, the sequence does not
+    ],
+    ids=["other-status", "other-sequence"],
+)
+def test_a_change_needs_both_the_sequence_and_the_status_read(
+    inventory: InventoryStore, held: dict[str, Any]
+):
+    rejected = reservation(ReservationStatus.REJECTED)
+    inventory.repository.record_new(rejected, None)
+    cancelled = replace(rejected, status=ReservationStatus.CANCELLED, order_sequence=3)
+
+    with pytest.raises(ReservationChanged):
+        inventory.repository.update_status(replace(rejected, **held), cancelled)
+
+    assert inventory.repository.get_reservation("o-1") == rejected
