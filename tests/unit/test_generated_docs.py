@@ -3,7 +3,6 @@ the events the domain really builds."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from types import ModuleType
@@ -24,7 +23,7 @@ from shop.domain.inventory import InventoryService, ReservationStatus
 from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import Settings
-from tools.docs import asyncapi, pages, reference
+from tools.docs import cfn, pages, reference
 from tools.docs.cfn import ExpandedTemplate
 from tools.docs.domain import ROOT
 from tools.local.template import Template
@@ -49,77 +48,36 @@ def test_committed_docs_are_what_the_generator_writes(expanded: ExpandedTemplate
 
 def test_a_changed_table_cell_is_put_back_and_prose_is_kept(expanded: ExpandedTemplate):
     page = pages.REFERENCE.read_text()
-    edited = page.replace("`AWS::SQS::Queue`: Inventory consumer queue.", "`AWS::SQS::Queue`: a queue.")
+    edited = page.replace("`AWS::SQS::Queue`: The Inventory consumer's queue.", "`AWS::SQS::Queue`: a queue.")
     edited = edited.replace(
         "Each function has its own execution role", "Each function has its OWN execution role"
     )
     assert edited != page
     regenerated = pages.generators(expanded)[pages.REFERENCE](edited)
-    assert "`AWS::SQS::Queue`: Inventory consumer queue." in regenerated
+    assert "`AWS::SQS::Queue`: The Inventory consumer's queue." in regenerated
     assert "its OWN execution role" in regenerated  # prose outside the markers is the page's own
 
 
-# --- the template however it is written ---------------------------------------------------------------
-CONSUMERS = ("Inventory", "OrderStatus", "Notification")
-
-
-def looped(raw: dict[str, Any], suffixes: tuple[str, ...]) -> dict[str, Any]:
-    """The template with each consumer's `<Name><suffix>` resources made by one Fn::ForEach loop."""
-    data = copy.deepcopy(raw)
-    resources = data["Resources"]
-    for suffix in suffixes:
-        bodies = {json.dumps(resources.pop(f"{n}{suffix}")).replace(n, "${Name}") for n in CONSUMERS}
-        [body] = bodies  # each consumer's resource is the same but for its name
-        resources[f"Fn::ForEach::{suffix}"] = [
-            "Name",
-            list(CONSUMERS),
-            {f"${{Name}}{suffix}": json.loads(body)},
-        ]
-    return data
-
-
-def with_role_policies(raw: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
-    """Every other statement of each role moved into an AWS::IAM::RolePolicy attached to it."""
-    data = copy.deepcopy(raw)
-    added: set[str] = set()
-    for name, resource in list(data["Resources"].items()):
-        if not isinstance(resource, dict) or resource.get("Type") != "AWS::IAM::Role":
-            continue
-        for policy in resource["Properties"].get("Policies", []):
-            statements = policy["PolicyDocument"]["Statement"]
-            policy["PolicyDocument"]["Statement"] = statements[0::2]
-            data["Resources"][f"{name}Extra"] = {
-                "Type": "AWS::IAM::RolePolicy",
-                "Properties": {
-                    "PolicyName": "extra",
-                    "RoleName": {"Ref": name},
-                    "PolicyDocument": {"Version": "2012-10-17", "Statement": statements[1::2]},
-                },
-            }
-            added.add(f"{name}Extra")
-    return data, added
-
-
-def test_a_template_made_with_foreach_gives_the_same_docs(expanded: ExpandedTemplate):
-    raw = looped(expanded.raw, ("Queue", "DeadLetterQueue", "QueuePolicy"))
-    assert any(key.startswith("Fn::ForEach::") for key in raw["Resources"])
-    foreach = ExpandedTemplate(raw)
-    assert set(foreach.resources) == set(expanded.resources)
-    assert reference.tables(foreach) == reference.tables(expanded)
-    assert asyncapi.events_table(foreach) == asyncapi.events_table(expanded)
-    assert asyncapi.document(foreach) == asyncapi.document(expanded)
+# --- the template as it is written: Fn::ForEach loops and attached role policies ---------------------
+def test_the_consumers_made_by_a_loop_are_documented_one_by_one(expanded: ExpandedTemplate):
+    assert any(key.startswith("Fn::ForEach::") for key in expanded.raw["Resources"])
+    table = reference.resources_table(expanded)
+    for consumer in ("Inventory", "OrderStatus", "Notification"):
+        for suffix in ("Queue", "DeadLetterQueue", "QueuePolicy", "Rule", "Function", "FunctionRole"):
+            assert f"| `{consumer}{suffix}` |" in table
 
 
 def test_role_policy_statements_are_listed_under_their_role(expanded: ExpandedTemplate):
-    raw, added = with_role_policies(expanded.raw)
-    split = ExpandedTemplate(raw)
-    assert len(added) == len(expanded.functions())
-    assert reference.permissions_table(split) == reference.permissions_table(expanded)
-    before = set(reference.resources_table(expanded).splitlines())
-    after = set(reference.resources_table(split).splitlines())
-    assert before <= after
-    assert {re.findall(r"`([^`]+)`", row)[0] for row in after - before} == added
-    assert all("`AWS::IAM::RolePolicy`: Permissions of `" in row for row in after - before)
+    policies = expanded.of_type("AWS::IAM::RolePolicy")
+    assert policies, "the consumers' effect access is written as role policies"
+    for name in policies:
+        role = cfn.reference(expanded.properties(name)["RoleName"])
+        function = next(f for f in expanded.functions() if expanded.role_of(f) == role)
+        code = expanded.permissions(function).code
+        for statement in cfn.as_list(expanded.properties(name)["PolicyDocument"]["Statement"]):
+            for action in cfn.as_list(statement["Action"]):
+                for resource in cfn.as_list(statement["Resource"]):
+                    assert (action, cfn.resource_of(resource, name)) in code, (name, action, resource)
 
 
 # --- the events the domain builds ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 import boto3
 import botocore.client
 import pytest
+import yaml
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from shop.adapters.inventory_repository import DynamoInventoryRepository
@@ -19,7 +20,7 @@ from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from tests.support import json_body, load_event
-from tools.local.template import ROOT, Template
+from tools.local.template import ROOT, Template, parse_yaml
 
 # The README links to docs/; the promises about the template live in these pages.
 DOCS = {
@@ -51,9 +52,20 @@ def execution_role(template: Template, function: str) -> dict[str, Any]:
     return dict(resource["Properties"])
 
 
+def role_of(template: Template, function: str) -> str:
+    return str(template.resources[function]["Properties"]["Role"]["Fn::GetAtt"][0])
+
+
 def statements(template: Template, function: str) -> list[dict[str, Any]]:
-    policies = execution_role(template, function).get("Policies", [])
-    return [statement for policy in policies for statement in policy["PolicyDocument"]["Statement"]]
+    """The role's inline policies and every AWS::IAM::RolePolicy attached to it: its effective grants."""
+    role = role_of(template, function)
+    documents = [
+        policy["PolicyDocument"] for policy in execution_role(template, function).get("Policies", [])
+    ]
+    for policy in template.of_type("AWS::IAM::RolePolicy").values():
+        if policy["Properties"]["RoleName"] == {"Ref": role}:
+            documents.append(policy["Properties"]["PolicyDocument"])
+    return [statement for document in documents for statement in as_list(document["Statement"])]
 
 
 def resource_name(value: Any) -> str:
@@ -336,7 +348,7 @@ def test_code_column_is_exactly_what_the_code_calls(
 
     # Then its code called exactly what docs/reference.md says, on those resources
     calls = set(recorder.calls)
-    if "IDEMPOTENCY_TABLE_NAME" in template.function(function).environment:
+    if any(e["Type"] == "SQS" for e in template.function(function).events.values()):  # a consumer
         calls |= {(action, "IdempotencyTable") for action in idempotency_store_calls()}
     code, _ = documented_permissions()[function]
     assert calls == code
@@ -455,6 +467,13 @@ def alarms(template: Template) -> dict[str, dict[str, Any]]:
     return {name: r["Properties"] for name, r in template.of_type("AWS::CloudWatch::Alarm").items()}
 
 
+def alarm_name(template: Template, props: dict[str, Any]) -> str:
+    """An alarm's name without the stack name it starts with."""
+    name = str(template.resolve(props["AlarmName"]))
+    assert name.startswith(f"{template.stack_name}-"), name
+    return name.removeprefix(f"{template.stack_name}-")
+
+
 def alarms_on(template: Template, namespace: str, metric: str) -> dict[str, dict[str, Any]]:
     """Alarms on one metric, keyed by their single dimension's (raw) value."""
     found: dict[str, dict[str, Any]] = {}
@@ -484,8 +503,10 @@ def test_every_alarm_notifies_the_alarm_topic_and_carries_the_stack_name(templat
         assert props["OKActions"] == [{"Ref": "AlarmTopic"}], name
         assert props["TreatMissingData"] == "notBreaching", name
         # the topic policy admits alarms named <stack>-*, and the runbook is named in the description
-        assert props["AlarmName"]["Fn::Sub"].startswith("${AWS::StackName}-"), name
-        assert "Runbook: docs/operations.md" in props["AlarmDescription"], name
+        sub = props["AlarmName"]["Fn::Sub"]
+        assert (sub if isinstance(sub, str) else sub[0]).startswith("${AWS::StackName}-"), name
+        assert alarm_name(template, props)
+        assert "Runbook: docs/operations.md" in template.resolve(props["AlarmDescription"]), name
 
 
 def test_any_message_in_a_dead_letter_queue_alarms(template: Template):
@@ -578,57 +599,169 @@ def test_metrics_namespace_is_a_parameter_shared_by_functions_and_dashboard(temp
     )
 
 
-def test_dashboard_shows_every_alarm_queue_function_and_saga_metric(template: Template):
-    body = json.loads(template.properties("OperationsDashboard")["DashboardBody"])
-    widgets = body["widgets"]
-    [alarm_widget] = [w for w in widgets if w["type"] == "alarm"]
-    assert set(alarm_widget["properties"]["alarms"]) == {template.arn(a) for a in alarms(template)}
+def components(template: Template) -> dict[str, dict[str, Any]]:
+    return dict(template.data["Mappings"]["Components"])
+
+
+def consumers(template: Template) -> dict[str, dict[str, Any]]:
+    """The consumers: the rows of Mappings.Components that define one (they have code)."""
+    return {key: row for key, row in components(template).items() if "CodeUri" in row}
+
+
+def test_dashboard_names_no_consumer_and_finds_every_queue_and_function_by_search(template: Template):
+    body_text = template.properties("OperationsDashboard")["DashboardBody"]
+    widgets = json.loads(body_text)["widgets"]
+    # Adding a consumer needs no edit here: no widget names one.
+    for key, row in consumers(template).items():
+        assert key not in body_text, key
+        assert row["Service"] not in body_text, key
 
     namespace = template.function("OrdersApiFunction").environment["POWERTOOLS_METRICS_NAMESPACE"]
     metrics = [m for w in widgets if w["type"] == "metric" for m in w["properties"]["metrics"]]
     plotted = {(m[0], m[1]) for m in metrics if isinstance(m[0], str)}
-    expressions = " ".join(m[0]["expression"] for m in metrics if isinstance(m[0], dict))
-    dimension_values = {v for m in metrics if isinstance(m[0], str) for v in m[3::2] if isinstance(v, str)}
+    expressions = [m[0]["expression"] for m in metrics if isinstance(m[0], dict)]
+    searched = set(re.findall(r'MetricName=\\?"?(\w+)', " ".join(expressions)))
 
-    saga = {"OrdersCreated", "OrdersCancelled", "EventsPublished", "PoisonRecords", "RelayLag"}
-    saga |= {"MessagesFailed", "DuplicatesSkipped"}
-    assert {(namespace, name) for name in saga} <= plotted
-    assert "MetricName=PublishFailed" in expressions  # one series per failure code
-    assert f'"{namespace}"' in expressions
+    # The API's and the relay's saga metrics by name; the consumers' by a search over their service.
+    api_and_relay = {"OrdersCreated", "OrdersCancelled", "EventsPublished", "PoisonRecords", "RelayLag"}
+    assert {(namespace, name) for name in api_and_relay} <= plotted
+    for metric in ("MessagesFailed", "DuplicatesSkipped"):
+        assert any(f'{{"{namespace}",service}} MetricName="{metric}"' in e for e in expressions), metric
+    assert "PublishFailed" in searched  # one series per failure code
     # every metric the dashboard reads from the namespace is one the code emits
     emitted = emitted_metrics()
-    assert {name for ns, name in plotted if ns == namespace} <= emitted
+    assert {name for ns, name in plotted if ns == namespace} | {
+        "MessagesFailed",
+        "DuplicatesSkipped",
+    } <= emitted
     assert "PublishFailed" in emitted
-    # queues, dead-letter queues, functions and the API are all on it
-    queue_names = {
-        template.physical_name(q) for q in consumer_queues(template) | dead_letter_queues(template)
-    }
-    assert queue_names <= dimension_values
-    assert {template.physical_name(f) for f in template.functions()} <= dimension_values
+
+    # Queues and functions by the stack's name (CloudFormation names them <stack>-<LogicalId>-<suffix>):
+    # consumer queues are the stack's queues that are neither dead-letter nor poison queues.
+    stack = template.stack_name
+    queue_searches = [e for e in expressions if "{AWS/SQS,QueueName}" in e]
+    assert all(f"QueueName={stack} " in e for e in queue_searches)
+    consumer_filter = "NOT DeadLetterQueue NOT PoisonQueue"
+    dlq_filter = "(DeadLetterQueue OR PoisonQueue)"
+    for metric in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"):
+        assert any(metric in e and consumer_filter in e for e in queue_searches), metric
+    assert any("ApproximateNumberOfMessagesVisible" in e and dlq_filter in e for e in queue_searches)
+    for queue in template.of_type("AWS::SQS::Queue"):
+        is_dead_letter = "DeadLetterQueue" in queue or "PoisonQueue" in queue
+        assert is_dead_letter == (queue in dead_letter_queues(template)), queue
+        assert is_dead_letter != (queue in consumer_queues(template)), queue
+    for metric in ("Errors", "Throttles"):
+        assert any(
+            "{AWS/Lambda,FunctionName}" in e
+            and f'MetricName=\\"{metric}\\"' in json.dumps(e)
+            and f"FunctionName={stack}'" in e
+            for e in expressions
+        ), metric
     assert {("AWS/Lambda", "IteratorAge"), ("AWS/ApiGateway", "5XXError")} <= plotted
+
+    # The alarm widget takes ARNs only: it lists the alarms that exist once per stack, all of them, and
+    # the text links to every alarm by the stack's prefix (the topic policy's ${AWS::StackName}-*).
+    [alarm_widget] = [w for w in widgets if w["type"] == "alarm"]
+    per_consumer = {a for a in alarms(template) if any(a.startswith(key) for key in consumers(template))}
+    once_per_stack = {template.arn(a) for a in alarms(template) if a not in per_consumer}
+    assert set(alarm_widget["properties"]["alarms"]) == once_per_stack
+    [text] = [w for w in widgets if w["type"] == "text"]
+    assert f"search `{stack}-`" in text["properties"]["markdown"]
+
+
+# --- one definition per consumer and per alarm kind ------------------------------------------------------
+CONSUMER_RESOURCES = (
+    "Queue",
+    "DeadLetterQueue",
+    "Rule",
+    "QueuePolicy",
+    "FunctionRole",
+    "Function",
+    "LogGroup",
+    "EffectPolicy",
+    "QueueAgeAlarm",
+    "DeadLetterQueueAlarm",
+    "ErrorsAlarm",
+    "ThrottlesAlarm",
+)
+
+
+def test_every_consumer_row_gets_the_whole_consumer(template: Template):
+    assert set(consumers(template)) == {"Inventory", "OrderStatus", "Notification"}
+    for key, row in consumers(template).items():
+        for part in CONSUMER_RESOURCES:
+            assert f"{key}{part}" in template.resources, f"{key}{part}"
+        assert {f"{key}QueueUrl", f"{key}DeadLetterQueueUrl"} <= set(template.data["Outputs"])
+        rule = template.properties(f"{key}Rule")
+        assert rule["EventPattern"] == {"source": row["Sources"], "detail-type": row["DetailTypes"]}
+        assert template.function(f"{key}Function").code_uri == ROOT / row["CodeUri"]
+
+
+def test_each_function_is_named_by_its_row_in_logs_metrics_and_alarms(template: Template):
+    for name, spec in template.functions().items():
+        service = components(template)[name.removesuffix("Function")]["Service"]
+        assert spec.environment["POWERTOOLS_SERVICE_NAME"] == service, name
+        group = template.resources[name]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        assert template.properties(group)["LogGroupName"] == f"/{template.stack_name}/{service}", name
+
+
+def test_the_consumer_and_each_alarm_kind_are_written_once():
+    raw = parse_yaml(TEMPLATE_TEXT)  # before Fn::ForEach expansion
+
+    def written(node: Any) -> Iterator[dict[str, Any]]:
+        if isinstance(node, dict):
+            if "Type" in node and "Properties" in node:
+                yield node
+            for value in node.values():
+                yield from written(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from written(item)
+
+    resources = list(written(raw["Resources"]))
+    kinds = [r["Properties"].get("MetricName") for r in resources if r["Type"] == "AWS::CloudWatch::Alarm"]
+    for metric in ("Errors", "Throttles", "ApproximateAgeOfOldestMessage"):
+        assert kinds.count(metric) == 1, metric
+    # DLQ depth once; the relay's poison queue has its own alarm (another runbook entry)
+    assert kinds.count("ApproximateNumberOfMessagesVisible") == 2
+    queue_consumers = [
+        r
+        for r in resources
+        if r["Type"] == "AWS::Serverless::Function"
+        and any(e["Type"] == "SQS" for e in r["Properties"].get("Events", {}).values())
+    ]
+    assert len(queue_consumers) == 1
 
 
 # --- security scanning ---------------------------------------------------------------------------------
-def test_every_checkov_suppression_is_inline_with_its_reason(template: Template):
-    skipped: dict[str, set[str]] = {}
+def test_every_checkov_skip_is_in_one_config_with_its_reason_and_the_expanded_template_is_scanned(
+    template: Template,
+):
+    text = (ROOT / ".checkov.yaml").read_text()
+    skips = yaml.safe_load(text)["skip-check"]
+    assert skips, "no skip found: is .checkov.yaml still read?"
+    lines = text.splitlines()
+    for check in skips:
+        assert re.fullmatch(r"CKV2?_AWS_\d+", check), check
+        [at] = [n for n, line in enumerate(lines) if line.strip() == f"- {check}"]
+        reason = []
+        while at > 0 and lines[at - 1].strip().startswith("#"):
+            at -= 1
+            reason.append(lines[at])
+        assert len(" ".join(reason)) >= 40, f"{check}: say why it does not apply, in a comment above it"
+    # One place: no resource carries its own suppression any more.
     for name, resource in template.resources.items():
-        for entry in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
-            assert re.fullmatch(r"CKV2?_AWS_\d+", entry["id"]), (name, entry)
-            assert len(entry.get("comment", "")) >= 40, f"{name} {entry['id']}: say why it does not apply"
-            skipped.setdefault(entry["id"], set()).add(name)
-    # Suppressions are per resource, never global: the Makefile passes checkov no --skip-check.
+        assert "checkov" not in resource.get("Metadata", {}), name
+    # checkov does not expand Fn::ForEach: the Makefile scans SAM CLI's expansion, with this config.
     makefile = (ROOT / "Makefile").read_text()
-    assert "checkov" in makefile
-    assert "--skip-check" not in makefile
+    assert "tools.local.expand template.yaml $(EXPANDED)" in makefile
+    assert "--config-file .checkov.yaml --file $(EXPANDED)" in makefile
     assert "--soft-fail" not in makefile
-    assert skipped, "no suppression found: is the Metadata still read?"
 
 
 def test_every_alarm_has_a_runbook_entry_in_the_readme(template: Template):
     documented = {ticked(alarm)[0]: (ticked(name)[0], link) for alarm, name, link in readme_table("alarms")}
-    names = {
-        a: p["AlarmName"]["Fn::Sub"].removeprefix("${AWS::StackName}-") for a, p in alarms(template).items()
-    }
+    names = {a: alarm_name(template, p) for a, p in alarms(template).items()}
     assert {alarm: name for alarm, (name, _) in documented.items()} == names
     headings = {
         re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")

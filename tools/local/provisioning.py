@@ -58,6 +58,7 @@ NOT_EMULATED_TYPES = {
     "AWS::Events::EventBusPolicy": "resource policies are not enforced locally",
     "AWS::IAM::Role": "IAM is not enforced locally",
     "AWS::IAM::Policy": "IAM is not enforced locally",
+    "AWS::IAM::RolePolicy": "IAM is not enforced locally",
     "AWS::IAM::ManagedPolicy": "IAM is not enforced locally",
     "AWS::Lambda::Permission": "IAM is not enforced locally",
     "AWS::Events::Archive": "no archive or replay locally",

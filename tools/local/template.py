@@ -1,64 +1,159 @@
 """Reads template.yaml, the single source of truth for resource definitions, for tests and the local stack.
 
-It understands the CloudFormation short-form tags and resolves the intrinsics the template uses
-(Ref, Fn::Sub, Fn::GetAtt, Fn::If, Fn::Equals, Fn::Join, Fn::Select) against parameter values and
-local physical names, so local resources are built from the same definitions as the cloud ones.
+A template is read the way SAM CLI reads it (tools/local/README.md, "How the template is read"):
+1. `samcli.yamlhelper.yaml_parse` (CloudFormation's short-form tags);
+2. SAM CLI's AWS::LanguageExtensions code (`samcli.lib.cfn_language_extensions`) expands Fn::ForEach and
+   resolves the Fn::FindInMap lookups that need no parameter, as CloudFormation's transform does before
+   the SAM transform. That is `Template.data`: parameters and resource references stay intrinsics, so
+   a Template built on the same data with other parameter values resolves them anew;
+3. for resolved views (`properties`, `function`, `resolve`, `outputs`, `conditions`), the SAM
+   translator's plugins merge Globals into the resources (`SamTranslatorWrapper.run_plugins`, what
+   `sam local` runs) and `samcli.lib.intrinsic_resolver` resolves every intrinsic against the parameter
+   values and the local physical names and ARNs (its logical-id translator).
 """
 
 from __future__ import annotations
 
-import re
+import copy
+import hashlib
+import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
+from samcli.lib.cfn_language_extensions.api import create_default_intrinsic_resolver  # type: ignore[import-untyped]
+from samcli.lib.cfn_language_extensions.exceptions import InvalidTemplateException  # type: ignore[import-untyped]
+from samcli.lib.cfn_language_extensions.models import (  # type: ignore[import-untyped]
+    PseudoParameterValues,
+    ResolutionMode,
+    TemplateProcessingContext,
+)
+from samcli.lib.cfn_language_extensions.pipeline import ProcessingPipeline  # type: ignore[import-untyped]
+from samcli.lib.cfn_language_extensions.processors import ForEachProcessor, TemplateParsingProcessor  # type: ignore[import-untyped]
+from samcli.lib.cfn_language_extensions.resolvers import (  # type: ignore[import-untyped]
+    FnFindInMapResolver,
+)
+from samcli.lib.cfn_language_extensions.resolvers import (
+    IntrinsicResolver as LanguageExtensionsResolver,
+)
+from samcli.lib.cfn_language_extensions.sam_integration import check_using_language_extension  # type: ignore[import-untyped]
+from samcli.lib.intrinsic_resolver.intrinsic_property_resolver import IntrinsicResolver  # type: ignore[import-untyped]
+from samcli.lib.intrinsic_resolver.intrinsics_symbol_table import IntrinsicsSymbolTable  # type: ignore[import-untyped]
+from samcli.lib.intrinsic_resolver.invalid_intrinsic_exception import (  # type: ignore[import-untyped]
+    InvalidIntrinsicException,
+    InvalidSymbolException,
+)
+from samcli.lib.samlib.wrapper import SamTranslatorWrapper  # type: ignore[import-untyped]
+from samcli.yamlhelper import yaml_parse  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (tools/local/template.py)
 TEMPLATE_PATH = ROOT / "template.yaml"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 NO_VALUE = object()
+# SAM's resolver turns AWS::NoValue into None and then rejects None inside Fn::If (it resolves both
+# branches): the translator gives it this marker instead, and resolved values drop it.
+_NO_VALUE_MARKER = "\u0000AWS::NoValue"
+PSEUDO_PARAMETERS = {
+    "AWS::Region": REGION,
+    "AWS::AccountId": ACCOUNT,
+    "AWS::Partition": "aws",
+    "AWS::URLSuffix": "amazonaws.com",
+}
 
 
 class TemplateError(ValueError):
     pass
 
 
-class _Tagged:
-    def __init__(self, tag: str, value: Any) -> None:
-        self.tag = tag
-        self.value = value
+def parse_yaml(text: str, where: object = "template") -> dict[str, Any]:
+    """A template's text as written (loops unexpanded), by SAM CLI's parser."""
+    try:
+        data = yaml_parse(text)
+    except ValueError as exc:
+        raise TemplateError(f"{where}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise TemplateError(f"{where} is not a template")
+    plain: dict[str, Any] = _plain(data)
+    return plain
 
 
-def _construct(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if name == "Fn::GetAtt":
-            value = str(value).split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {name: value}
-
-
-class _CfnLoader(yaml.SafeLoader):
-    pass
-
-
-_CfnLoader.add_multi_constructor("!", _construct)
+def _plain(value: Any) -> Any:
+    """SAM's parser gives OrderedDicts; plain dicts and lists dump back to YAML with yaml.safe_dump."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    with path.open() as handle:
-        data = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
-    if not isinstance(data, dict):
-        raise TemplateError(f"{path} is not a template")
-    return data
+    """A template file as the SAM transform receives it: Fn::ForEach expanded (see the module docstring)."""
+    return expand_language_extensions(parse_yaml(path.read_text(), path))
+
+
+def _contains_for_each(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(str(k).startswith("Fn::ForEach::") or _contains_for_each(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_contains_for_each(item) for item in value)
+    return False
+
+
+def expand_language_extensions(data: dict[str, Any]) -> dict[str, Any]:
+    """Fn::ForEach expanded and parameter-free Fn::FindInMap resolved, with SAM CLI's own processors.
+
+    Only those two: SAM CLI's full pipeline (`expand_language_extensions`) also resolves parameters and
+    pseudo parameters into the resources, which would freeze them, and its partial Fn::Sub resolution
+    returns a plain string with the resource placeholders left in it (tools/local/README.md).
+    """
+    if not check_using_language_extension(data) or not _contains_for_each(data):
+        return data
+    defaults = {name: spec.get("Default") for name, spec in (data.get("Parameters") or {}).items()}
+    context = TemplateProcessingContext(
+        fragment=copy.deepcopy(data),
+        parameter_values={k: v for k, v in defaults.items() if v is not None},
+        pseudo_parameters=PseudoParameterValues(region=REGION, account_id=ACCOUNT),
+        resolution_mode=ResolutionMode.PARTIAL,
+    )
+    # The collection resolver (a list, or a Ref to a CommaDelimitedList parameter's default) is SAM's.
+    pipeline = ProcessingPipeline(
+        [
+            TemplateParsingProcessor(),
+            ForEachProcessor(intrinsic_resolver=create_default_intrinsic_resolver(context)),
+        ]
+    )
+    try:
+        expanded: dict[str, Any] = pipeline.process_template(context)
+        lookups = LanguageExtensionsResolver(context)
+        lookups.register_resolver(FnFindInMapResolver)
+        for section in ("Resources", "Outputs"):
+            if section in expanded:
+                expanded[section] = _resolve_static_lookups(expanded[section], lookups)
+    except InvalidTemplateException as exc:
+        raise TemplateError(str(exc)) from exc
+    return expanded
+
+
+def _resolve_static_lookups(value: Any, lookups: LanguageExtensionsResolver) -> Any:
+    """What the transform resolves without parameters, once a loop's identifier is substituted.
+
+    Fn::FindInMap with literal keys becomes its value, and Fn::Sub of a string with no variable left
+    (a loop's `!Sub "${Consumer}Queue"`) becomes that string, so `!Ref {"Fn::Sub": ...}` is a plain Ref.
+    """
+    if isinstance(value, list):
+        return [_resolve_static_lookups(item, lookups) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str) and "${" not in value["Fn::Sub"]:
+        return value["Fn::Sub"]
+    if set(value) == {"Fn::FindInMap"}:
+        args = value["Fn::FindInMap"]
+        if isinstance(args, list) and all(isinstance(a, str) for a in args[:3]):
+            return copy.deepcopy(lookups.resolve_value(value))
+    return {k: _resolve_static_lookups(v, lookups) for k, v in value.items()}
 
 
 @dataclass(frozen=True)
@@ -91,6 +186,23 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None or value is NO_VALUE or value == "" else int(value)
 
 
+def _without_no_value(value: Any) -> Any:
+    """AWS::NoValue drops the property or list item, as CloudFormation does."""
+    if isinstance(value, list):
+        return [_without_no_value(item) for item in value if item != _NO_VALUE_MARKER]
+    if isinstance(value, dict):
+        return {k: _without_no_value(v) for k, v in value.items() if v != _NO_VALUE_MARKER}
+    return value
+
+
+@dataclass(frozen=True)
+class _View:
+    """One resolution state of the data: SAM's plugins applied, and the resolver over it."""
+
+    processed: dict[str, Any]
+    resolver: IntrinsicResolver
+
+
 class Template:
     def __init__(
         self,
@@ -98,12 +210,15 @@ class Template:
         parameters: Mapping[str, str] | None = None,
         stack_name: str = "local",
     ) -> None:
-        self.data = data
+        # Data already expanded (Template.load, or a copy of another Template's data) is kept as given:
+        # callers may adjust it afterwards and every view reads it anew.
+        self.data = expand_language_extensions(data)
         self.stack_name = stack_name
         self.parameter_values = {
             name: str(spec.get("Default", "")) for name, spec in data.get("Parameters", {}).items()
         }
         self.parameter_values.update(parameters or {})
+        self._views: dict[str, _View] = {}
 
     @classmethod
     def load(cls, path: Path = TEMPLATE_PATH, **kwargs: Any) -> Template:
@@ -130,7 +245,9 @@ class Template:
         flag = {"AWS::SQS::Queue": "FifoQueue", "AWS::SNS::Topic": "FifoTopic"}.get(resource.get("Type", ""))
         if flag is None:
             return False
-        value = self.resolve(resource.get("Properties", {}).get(flag, False))
+        value = resource.get("Properties", {}).get(flag, False)
+        if isinstance(value, dict):  # a parameter or condition decides
+            value = self.resolve(value)
         return str(value).lower() == "true"
 
     def arn(self, logical_id: str) -> str:
@@ -145,95 +262,83 @@ class Template:
         }.get(resource["Type"], f"local:{REGION}:{ACCOUNT}:{name}")
         return f"arn:aws:{service}"
 
-    def _get_att(self, logical_id: str, attribute: str) -> str:
-        if attribute == "Arn":
+    def _ref_value(self, logical_id: str) -> str:
+        resource_type = self.resources[logical_id]["Type"]
+        if resource_type == "AWS::SQS::Queue":
+            return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{self.physical_name(logical_id)}"
+        if resource_type == "AWS::SNS::Topic":
             return self.arn(logical_id)
-        if attribute == "StreamArn":
-            return f"{self.arn(logical_id)}/stream/local"
-        if attribute in {"QueueName", "TopicName", "Name"}:
-            return self.physical_name(logical_id)
-        if attribute == "QueueUrl":
-            return str(self._ref(logical_id))
-        if attribute == "TopicArn":
-            return self.arn(logical_id)
-        raise TemplateError(f"unsupported attribute {logical_id}.{attribute}")
+        return self.physical_name(logical_id)
 
-    def _ref(self, name: str) -> Any:
-        pseudo = {
-            "AWS::Region": REGION,
-            "AWS::AccountId": ACCOUNT,
-            "AWS::StackName": self.stack_name,
-            "AWS::Partition": "aws",
-            "AWS::URLSuffix": "amazonaws.com",
-            "AWS::NoValue": NO_VALUE,
-        }
-        if name in pseudo:
-            return pseudo[name]
-        if name in self.parameter_values:
-            return self.parameter_values[name]
-        if name in self.resources:
-            resource_type = self.resources[name]["Type"]
-            if resource_type == "AWS::SQS::Queue":
-                return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{self.physical_name(name)}"
-            if resource_type == "AWS::SNS::Topic":
-                return self.arn(name)
-            return self.physical_name(name)
-        raise TemplateError(f"unresolvable Ref {name}")
+    def _attributes(self, logical_id: str) -> dict[str, str]:
+        """What Ref and Fn::GetAtt give for a resource locally: the resolver's logical-id translation."""
+        attributes = {"Ref": self._ref_value(logical_id), "Arn": self.arn(logical_id)}
+        resource_type = self.resources[logical_id]["Type"]
+        if resource_type == "AWS::DynamoDB::Table":
+            attributes["StreamArn"] = f"{self.arn(logical_id)}/stream/local"
+        if resource_type == "AWS::SQS::Queue":
+            attributes |= {
+                "QueueName": self.physical_name(logical_id),
+                "QueueUrl": self._ref_value(logical_id),
+            }
+        if resource_type == "AWS::SNS::Topic":
+            attributes |= {"TopicName": self.physical_name(logical_id), "TopicArn": self.arn(logical_id)}
+        if resource_type == "AWS::Events::EventBus":
+            attributes["Name"] = self.physical_name(logical_id)
+        return attributes
 
-    @cached_property
+    # --- SAM's plugins and intrinsic resolver -----------------------------------------------------
+    def _view(self) -> _View:
+        """The data with SAM's plugins applied and a resolver for it, cached while the data is unchanged."""
+        key = hashlib.sha256(
+            json.dumps(
+                [self.data, self.parameter_values, self.stack_name], sort_keys=True, default=str
+            ).encode()
+        ).hexdigest()
+        view = self._views.get(key)
+        if view is None:
+            values: dict[str, Any] = {**PSEUDO_PARAMETERS, "AWS::StackName": self.stack_name}
+            values.update(self.parameter_values)
+            try:
+                # What `sam local` runs (SamBaseProvider.get_template): Globals and the other plugins.
+                # (Its schema validation warns that samtranslator deprecates its own validator.)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    processed = SamTranslatorWrapper(self.data, parameter_values=values).run_plugins(
+                        convert_local_uris=False
+                    )
+            except Exception as exc:  # SAM raises its own exception types for an invalid document
+                raise TemplateError(f"SAM could not read the template: {exc}") from exc
+            translator: dict[str, Any] = {**values, "AWS::NoValue": _NO_VALUE_MARKER}
+            translator.update({logical_id: self._attributes(logical_id) for logical_id in self.resources})
+            symbols = IntrinsicsSymbolTable(template=processed, logical_id_translator=translator)
+            view = _View(processed, IntrinsicResolver(template=processed, symbol_resolver=symbols))
+            self._views = {key: view}
+        return view
+
+    @property
     def conditions(self) -> dict[str, bool]:
         return {name: bool(self.resolve(expr)) for name, expr in self.data.get("Conditions", {}).items()}
 
     def resolve(self, value: Any) -> Any:
         """Resolve intrinsics in a template fragment; properties resolving to AWS::NoValue vanish."""
-        if isinstance(value, list):
-            return [v for v in (self.resolve(item) for item in value) if v is not NO_VALUE]
-        if not isinstance(value, dict):
-            return value
-        if len(value) == 1:
-            ((key, arg),) = value.items()
-            if key == "Ref":
-                return self._ref(arg)
-            if key == "Fn::GetAtt":
-                logical_id, attribute = arg if isinstance(arg, list) else str(arg).split(".", 1)
-                return self._get_att(logical_id, attribute)
-            if key == "Fn::Sub":
-                return self._sub(arg)
-            if key == "Fn::If":
-                name, when_true, when_false = arg
-                return self.resolve(when_true if self.conditions[name] else when_false)
-            if key == "Fn::Equals":
-                left, right = (self.resolve(v) for v in arg)
-                return str(left) == str(right)
-            if key == "Fn::Not":
-                return not self.resolve(arg[0])
-            if key == "Fn::Join":
-                separator, items = arg
-                return str(separator).join(str(v) for v in self.resolve(items))
-            if key == "Fn::Select":
-                index, items = arg
-                return self.resolve(items)[int(self.resolve(index))]
-            if key == "Condition":
-                return self.conditions[arg]
-        return {k: v for k, v in ((k, self.resolve(v)) for k, v in value.items()) if v is not NO_VALUE}
-
-    def _sub(self, arg: Any) -> str:
-        text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], arg[1])
-
-        def replace(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name in variables:
-                return str(self.resolve(variables[name]))
-            if "." in name and not name.startswith("AWS::"):
-                logical_id, attribute = name.split(".", 1)
-                return self._get_att(logical_id, attribute)
-            return str(self._ref(name))
-
-        return re.sub(r"\$\{([^}!]+)\}", replace, text)
+        if not isinstance(value, (dict, list)):
+            return value  # a literal (None: an absent property)
+        if isinstance(value, dict) and set(value) == {"Condition"}:
+            return self.conditions[value["Condition"]]
+        try:
+            resolved = self._view().resolver.intrinsic_property_resolver(
+                copy.deepcopy(value), ignore_errors=False
+            )
+        except (InvalidIntrinsicException, InvalidSymbolException) as exc:
+            raise TemplateError(f"cannot resolve {value!r}: {exc}") from exc
+        return NO_VALUE if resolved == _NO_VALUE_MARKER else _without_no_value(resolved)
 
     # --- typed views ------------------------------------------------------------------------------
     def properties(self, logical_id: str) -> dict[str, Any]:
-        resolved = self.resolve(self.resources[logical_id].get("Properties", {}))
+        """A resource's properties as deployed: SAM's Globals merged in, every intrinsic resolved."""
+        raw = self._view().processed["Resources"][logical_id].get("Properties", {})
+        resolved = self.resolve(raw)
         assert isinstance(resolved, dict)
         return resolved
 
@@ -260,33 +365,25 @@ class Template:
         return str(ttl["AttributeName"]) if ttl and ttl.get("Enabled") else None
 
     def function(self, logical_id: str) -> FunctionSpec:
-        globals_ = self.resolve(self.data.get("Globals", {}).get("Function", {}))
+        """A function's configuration with Globals merged by SAM's plugin (lists appended, maps merged)."""
+        merged = self._view().processed["Resources"][logical_id].get("Properties", {})
         props = self.properties(logical_id)
-        environment = {
-            **globals_.get("Environment", {}).get("Variables", {}),
-            **props.get("Environment", {}).get("Variables", {}),
-        }
-        raw_globals = self.data.get("Globals", {}).get("Function", {})
-        raw_props = self.resources[logical_id].get("Properties", {})
-        # Function Layers are appended to the Globals layers (SAM's merge rule for lists).
-        layer_dirs, external_layers = self._layers(
-            [*raw_globals.get("Layers", []), *raw_props.get("Layers", [])]
-        )
+        layer_dirs, external_layers = self._layers(merged.get("Layers", []))
         return FunctionSpec(
             logical_id=logical_id,
             code_uri=ROOT / props["CodeUri"],
-            handler=props.get("Handler", globals_.get("Handler", "app.lambda_handler")),
-            timeout=int(props.get("Timeout", globals_.get("Timeout", 3))),
-            environment={k: _env_value(v) for k, v in environment.items()},
+            handler=props.get("Handler", "app.lambda_handler"),
+            timeout=int(props.get("Timeout", 3)),
+            environment={
+                k: _env_value(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()
+            },
             events=props.get("Events", {}),
             policies=props.get("Policies", []),
-            memory_size=int(props.get("MemorySize", globals_.get("MemorySize", 128))),
-            runtime=str(props.get("Runtime", globals_.get("Runtime", ""))),
+            memory_size=int(props.get("MemorySize", 128)),
+            runtime=str(props.get("Runtime", "")),
             layer_dirs=layer_dirs,
             external_layers=external_layers,
-            reserved_concurrency=_optional_int(
-                props.get("ReservedConcurrentExecutions", globals_.get("ReservedConcurrentExecutions"))
-            ),
+            reserved_concurrency=_optional_int(props.get("ReservedConcurrentExecutions")),
         )
 
     def is_created(self, logical_id: str) -> bool:
@@ -307,7 +404,10 @@ class Template:
         for logical_id, resource in self.resources.items():
             if self.arn(logical_id) == arn:
                 return logical_id
-            if resource["Type"] == "AWS::DynamoDB::Table" and self._get_att(logical_id, "StreamArn") == arn:
+            if (
+                resource["Type"] == "AWS::DynamoDB::Table"
+                and self._attributes(logical_id)["StreamArn"] == arn
+            ):
                 return logical_id
         return None
 
