@@ -7,7 +7,7 @@ streams and SQS queues) by LocalStack's AWS-validated parity tests; each case na
 (file and line) and when it was last validated against AWS. Two cases ("basis": "documented") rest on the
 Lambda guide's DynamoDB filtering page instead: a pattern must name the type key of a typed value.
 
-tools.local.patterns must give AWS's answer for every case: a rejected pattern must be rejected by
+tools.local.pollers.patterns must give AWS's answer for every case: a rejected pattern must be rejected by
 parse_pattern (which is what rejects it when the local stack reads template.yaml), with AWS's reason where
 AWS gives one. Pure Python: no local stack is started.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tools.local.patterns import PatternError, matches, parse_pattern
+from tools.local.pollers.patterns import PatternError, matches, parse_pattern
 
 TABLE: dict[str, Any] = json.loads(Path(__file__).with_name("event_patterns.json").read_text())
 CASES: list[dict[str, Any]] = TABLE["cases"]

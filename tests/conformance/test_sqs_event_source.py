@@ -40,8 +40,8 @@ from tests.conformance.stacks import (
     reserved_concurrency_in_use,
     running_stack,
 )
-from tools.local.activity import Invocation
-from tools.local.services import LocalServices
+from tools.local.console.activity import Invocation
+from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack
 
 if TYPE_CHECKING:

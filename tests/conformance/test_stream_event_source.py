@@ -49,8 +49,8 @@ from tests.conformance.stacks import (
     running_stack,
 )
 from tests.support import stream_table_resource
-from tools.local.activity import Invocation
-from tools.local.services import LocalServices
+from tools.local.console.activity import Invocation
+from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack
 
 WAIT_SECONDS = 20

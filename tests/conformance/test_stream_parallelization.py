@@ -19,9 +19,9 @@ import itertools
 import uuid
 from typing import Any
 
-from tools.local.activity import Invocation
+from tools.local.console.activity import Invocation
+from tools.local.pollers.stream_poller import item_lane
 from tools.local.stack import LocalStack
-from tools.local.stream_poller import item_lane
 
 WITH_DDB = "https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html"
 FUNCTION = "ProbeStreamFunction"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.local.artefacts import build_for_host
-from tools.local.template import ROOT, Template, load_yaml
+from tools.local.reader.artefacts import build_for_host
+from tools.local.reader.template import ROOT, Template, load_yaml
 
 BUILD_DIR = ROOT / ".aws-sam" / "build"
 

@@ -11,7 +11,7 @@ from tools.chaos import faults
 from tools.chaos.harness import ChaosConfig, run
 from tools.chaos.plan import HARNESS_KINDS, PLAN_ENV, WORKER_KINDS
 from tools.chaos.report import render
-from tools.local.services import LocalServices
+from tools.local.services.emulators import LocalServices
 
 
 def test_without_a_plan_nothing_is_wrapped():

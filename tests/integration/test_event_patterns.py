@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tools.local.event_sources import read_event_sources
-from tools.local.patterns import PatternError, matches, parse_pattern
-from tools.local.template import Template, TemplateError
+from tools.local.pollers.event_sources import read_event_sources
+from tools.local.pollers.patterns import PatternError, matches, parse_pattern
+from tools.local.reader.template import Template, TemplateError
 
 OUTBOX_INSERT: dict[str, Any] = {
     "eventName": "INSERT",

@@ -22,13 +22,13 @@ import yaml
 from shop.adapters import keys
 from tests.integration.conftest import probe_template_data, start_stack, stop_stack
 from tests.support import load_event, stream_table_resource
-from tools.local.activity import Invocation
-from tools.local.functions import function_environment
+from tools.local.console.activity import Invocation
 from tools.local.invoke import invoke, write_state
 from tools.local.processes import StartupError, live_children
-from tools.local.services import LocalServices
+from tools.local.reader.template import ROOT, Template
+from tools.local.runtime.functions import function_environment
+from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
-from tools.local.template import ROOT, Template
 
 HTTP_TIMEOUT = 10
 STREAM_SECONDS = 15

@@ -8,7 +8,7 @@ from pathlib import Path
 from tools.chaos.harness import ChaosConfig
 from tools.chaos.recovery_scenarios import FullBatchPoison, StaleRedrive, render, replay_after_chaos
 from tools.chaos.report import render as render_run
-from tools.local.services import LocalServices
+from tools.local.services.emulators import LocalServices
 
 
 def test_one_poison_at_position_3_of_a_full_batch_of_100_is_parked_whole_and_the_99_published(

@@ -20,7 +20,7 @@ from shop.domain.orders import Order, OrderLine, OrderService, OrderStatus, Plac
 from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import Settings
 from tests.support import load_event
-from tools.local.template import Template
+from tools.local.reader.template import Template
 
 INVENTORY = "InventoryFunction"
 ORDER_STATUS = "OrderStatusFunction"

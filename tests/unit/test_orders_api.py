@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 
 import shop.adapters.aws
 from tests.support import header, json_body, load_event
-from tools.local.template import Template
+from tools.local.reader.template import Template
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from shop.adapters.outbox_items import outbox_item
 from shop.domain.envelope import CloudEvent
 from tests.support import load_event
 from tests.unit.fakes import FaultyEventBridge
-from tools.local.template import Template
+from tools.local.reader.template import Template
 
 RELAY = "OutboxRelayFunction"
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/local-OrdersTable/stream/2026-11-21T00:00:00.000"

@@ -26,7 +26,7 @@ from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord
 from shop.runtime.config import Settings
-from tools.local.template import Template
+from tools.local.reader.template import Template
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 

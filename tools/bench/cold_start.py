@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.local.template import Template
+from tools.local.reader.template import Template
 
 _TIMER = (
     "import sys, time\n"

@@ -21,7 +21,7 @@ from typing import Any
 
 import requests
 
-from tools.local.activity import Invocation
+from tools.local.console.activity import Invocation
 from tools.local.stack import LocalStack
 
 _HOPS = (

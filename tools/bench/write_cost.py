@@ -19,8 +19,8 @@ from typing import Any
 
 import boto3
 
-from tools.local.context import LambdaContext
-from tools.local.template import ROOT, Template
+from tools.local.reader.template import ROOT, Template
+from tools.local.runtime.context import LambdaContext
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 

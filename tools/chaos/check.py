@@ -33,7 +33,7 @@ from tools.chaos.plan import (
     RELAY_CRASH_AFTER_PUT,
 )
 from tools.chaos.poison import MalformedMessage, PoisonItem
-from tools.local.api import local_caller_arn
+from tools.local.gateway.server import local_caller_arn
 from tools.local.stack import LocalStack
 
 if TYPE_CHECKING:

@@ -59,11 +59,11 @@ from tools.chaos.plan import (
     FunctionPlan,
     Plan,
 )
-from tools.local.activity import Invocation
-from tools.local.event_sources import read_event_sources
-from tools.local.services import LocalServices
+from tools.local.console.activity import Invocation
+from tools.local.pollers.event_sources import read_event_sources
+from tools.local.reader.template import ROOT, Template
+from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
-from tools.local.template import ROOT, Template
 
 FAULTS_MODULE = Path(__file__).with_name("faults.py")
 DEFAULT_OUT_DIR = ROOT / ".chaos"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.local.template import ROOT, Template
+from tools.local.reader.template import ROOT, Template
 
 DOCUMENT = Path(__file__).with_name("openapi.json")
 FUNCTION = "OrdersApiFunction"

@@ -46,10 +46,10 @@ from tools.chaos.bus import BusCapture, queue_depth
 from tools.chaos.check import canonical_item, collect, evaluate
 from tools.chaos.harness import ChaosConfig, Live, Run, relay_poison_queue
 from tools.chaos.isolation import parked_messages, probe_items, write_items
-from tools.local.event_sources import read_event_sources
-from tools.local.services import FAKE_CREDENTIALS, LocalServices
+from tools.local.pollers.event_sources import read_event_sources
+from tools.local.reader.template import REGION, ROOT, Template
+from tools.local.services.emulators import FAKE_CREDENTIALS, LocalServices
 from tools.local.stack import LocalStack, StackOptions
-from tools.local.template import REGION, ROOT, Template
 
 RELAY = "OutboxRelayFunction"
 FULL_BATCH_WINDOW_SECONDS = 5
@@ -189,7 +189,7 @@ def outbox_ttl_days(template: Template) -> int:
 def failure_message(
     stream_arn: str, shard_id: str, start: str, end: str, arrival: datetime, size: int
 ) -> dict[str, Any]:
-    """The body Lambda sends to a stream mapping's OnFailure queue (as tools/local/stream_poller.py does)."""
+    """The body Lambda sends to a stream mapping's OnFailure queue (as the local stream poller does)."""
     return {
         "requestContext": {
             "requestId": str(uuid.uuid4()),

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from tools.local.console import Console
-from tools.local.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
+from tools.local.console.render import Console
+from tools.local.console.summary import startup_summary
 from tools.local.invoke import invoke, write_state
 from tools.local.processes import StartupError
+from tools.local.reader.template import TemplateError
+from tools.local.runtime.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
 from tools.local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
-from tools.local.summary import startup_summary
-from tools.local.template import TemplateError
 
 STATE_FILE = DEFAULT_DATA_DIR / "stack.json"
 _WATCH_SECONDS = 0.5

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.local.console import Console
-from tools.local.functions import FunctionRuntime, InvocationResult, function_environment
+from tools.local.console.render import Console
 from tools.local.processes import accepts_connections
-from tools.local.services import Endpoints
+from tools.local.reader.template import Template
+from tools.local.runtime.functions import FunctionRuntime, InvocationResult, function_environment
+from tools.local.services.emulators import Endpoints
 from tools.local.stack import LocalStack, StackOptions
-from tools.local.template import Template
 
 
 def write_state(stack: LocalStack, path: Path) -> None:

@@ -20,27 +20,27 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tools.local.activity import ActivityLog, Invocation
-from tools.local.api import ApiServer, RouteTable
-from tools.local.checkpoints import CheckpointStore
-from tools.local.console import Console
-from tools.local.destinations import FailureDestinations
-from tools.local.event_sources import IMPLICIT_API, EventSources, read_event_sources
-from tools.local.functions import (
+from tools.local.console.activity import ActivityLog, Invocation
+from tools.local.console.render import Console
+from tools.local.gateway.server import ApiServer, RouteTable
+from tools.local.pollers.checkpoints import CheckpointStore
+from tools.local.pollers.destinations import FailureDestinations
+from tools.local.pollers.event_sources import IMPLICIT_API, EventSources, read_event_sources
+from tools.local.pollers.queue_poller import QueuePoller
+from tools.local.pollers.stream_poller import StreamPoller
+from tools.local.processes import StartupError
+from tools.local.reader.template import ROOT, Template
+from tools.local.runtime.functions import (
     FunctionError,
     FunctionRuntime,
     InvocationResult,
     default_max_concurrency,
     function_environment,
 )
-from tools.local.launchers import ForkServer, Launcher, shared_environment
-from tools.local.processes import StartupError
-from tools.local.provisioning import SEED_FILE, Provisioner, ProvisioningReport
-from tools.local.queue_poller import QueuePoller
-from tools.local.services import AwsClients, Endpoints, LocalServices
-from tools.local.stream_poller import StreamPoller
-from tools.local.template import ROOT, Template
-from tools.local.topics import TopicWatcher
+from tools.local.runtime.launchers import ForkServer, Launcher, shared_environment
+from tools.local.services.emulators import AwsClients, Endpoints, LocalServices
+from tools.local.services.provisioning import SEED_FILE, Provisioner, ProvisioningReport
+from tools.local.services.topics import TopicWatcher
 
 DEFAULT_DATA_DIR = ROOT / ".local-data"
 _JOIN_SECONDS = 3.0

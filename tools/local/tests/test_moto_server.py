@@ -1,4 +1,4 @@
-"""The local stack's moto server: the correction it applies to moto's SQS (tools/local/moto_server.py)."""
+"""The local stack's moto server: the correction it applies to moto's SQS (services/moto_server.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from moto import mock_aws
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.sqs.models import Message, Queue, sqs_backends
 
-from tools.local.moto_server import serialise_sqs_deletes
+from tools.local.services.moto_server import serialise_sqs_deletes
 
 PAUSE_SECONDS = 0.5
 

@@ -26,9 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tools.local.launchers import Launcher, LaunchError, SubprocessLauncher, WorkerPipes, WorkerProcess
-from tools.local.services import FAKE_CREDENTIALS, Endpoints
-from tools.local.template import REGION, FunctionSpec
+from tools.local.reader.template import REGION, FunctionSpec
+from tools.local.runtime.launchers import (
+    Launcher,
+    LaunchError,
+    SubprocessLauncher,
+    WorkerPipes,
+    WorkerProcess,
+)
+from tools.local.services.emulators import FAKE_CREDENTIALS, Endpoints
 
 # Lambda allows 10 s for the init phase of an on-demand environment.
 INIT_TIMEOUT_SECONDS = 10.0

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tools.local.activity import ActivityLog, Invocation
-from tools.local.event_sources import QueueSource
-from tools.local.functions import FunctionRuntime, InvocationResult
-from tools.local.patterns import matches
-from tools.local.template import REGION
+from tools.local.console.activity import ActivityLog, Invocation
+from tools.local.pollers.event_sources import QueueSource
+from tools.local.pollers.patterns import matches
+from tools.local.reader.template import REGION
+from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -48,7 +48,7 @@ from samcli.lib.intrinsic_resolver.invalid_intrinsic_exception import (  # type:
 from samcli.lib.samlib.wrapper import SamTranslatorWrapper  # type: ignore[import-untyped]
 from samcli.yamlhelper import yaml_parse  # type: ignore[import-untyped]
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (tools/local/template.py)
+ROOT = Path(__file__).resolve().parents[3]  # the repository (tools/local/reader/template.py)
 TEMPLATE_PATH = ROOT / "template.yaml"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

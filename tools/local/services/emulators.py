@@ -24,7 +24,7 @@ from tools.local.processes import (
     ensure_port_free,
     free_port,
 )
-from tools.local.template import REGION, ROOT
+from tools.local.reader.template import REGION, ROOT
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -164,8 +164,16 @@ class MotoServer:
         with self.log_path.open("wb") as log:
             self.process = ChildProcess(
                 "moto server",
-                # moto.server with its per-request hot spots cached (see tools/local/moto_server.py).
-                [sys.executable, "-m", "tools.local.moto_server", "-H", LOOPBACK, "-p", str(self.port)],
+                # moto.server with its per-request hot spots cached (see tools/local/services/moto_server.py).
+                [
+                    sys.executable,
+                    "-m",
+                    "tools.local.services.moto_server",
+                    "-H",
+                    LOOPBACK,
+                    "-p",
+                    str(self.port),
+                ],
                 cwd=ROOT,
                 stdout=log,
             )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tools.local.activity import ActivityLog, Publication
+from tools.local.console.activity import ActivityLog, Publication
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

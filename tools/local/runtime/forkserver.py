@@ -1,10 +1,10 @@
 """The fork server: imports the functions' heavy third-party packages once, then forks a worker per request.
 
-Started by tools.local.launchers.ForkServer as `python -m tools.local.forkserver CONTROL_FD` with the
-environment
-every function of the stack shares. Each request (on a SOCK_SEQPACKET socket) carries a worker's
-config, its complete environment and its three pipe ends; the fork takes that environment, sets up
-its pipes and runs tools.local.worker.serve(), which imports the function's own code. The fork server never
+Started by tools.local.runtime.launchers.ForkServer as
+`python -m tools.local.runtime.forkserver CONTROL_FD` with the environment every function of the
+stack shares. Each request (on a SOCK_SEQPACKET socket) carries a worker's config, its complete
+environment and its three pipe ends; the fork takes that environment, sets up its pipes and runs
+tools.local.runtime.worker.serve(), which imports the function's own code. The fork server never
 starts a thread, so forking is safe, and it exits when the stack closes the control socket.
 """
 
@@ -21,7 +21,7 @@ import threading
 import traceback
 from typing import Any, NoReturn
 
-from tools.local import worker
+from tools.local.runtime import worker
 
 # Imported once here instead of once per function. A package that is not installed is skipped.
 PRELOADED_MODULES = (

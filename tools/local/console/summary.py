@@ -7,12 +7,12 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools.local import queue_poller
-from tools.local.console import Console, short_name
-from tools.local.template import ROOT
+from tools.local.console.render import Console, short_name
+from tools.local.pollers import queue_poller
+from tools.local.reader.template import ROOT
 
 if TYPE_CHECKING:
-    from tools.local.event_sources import ApiRoute
+    from tools.local.pollers.event_sources import ApiRoute
     from tools.local.stack import LocalStack
 
 EVENTS_DIR = ROOT / "events"

@@ -25,11 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from tools.local.activity import ActivityLog, Invocation
-from tools.local.event_sources import ApiRoute
-from tools.local.functions import FunctionRuntime, InvocationResult
+from tools.local.console.activity import ActivityLog, Invocation
+from tools.local.pollers.event_sources import ApiRoute
 from tools.local.processes import LOOPBACK, StartupError, ensure_port_free
-from tools.local.template import ACCOUNT
+from tools.local.reader.template import ACCOUNT
+from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 
 _PARAMETER = re.compile(r"\{([^}]+)\}")
 _MISSING_TOKEN = {"message": "Missing Authentication Token"}

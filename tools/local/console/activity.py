@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tools.local.functions import InvocationResult
+from tools.local.runtime.functions import InvocationResult
 
 Trigger = Literal["api", "dynamodb", "sqs", "direct"]
 Level = Literal["info", "warning", "error"]

@@ -15,7 +15,7 @@ import threading
 from datetime import datetime
 from typing import Any, TextIO
 
-from tools.local.activity import Entry, Invocation, Notice, Publication
+from tools.local.console.activity import Entry, Invocation, Notice, Publication
 
 _RED, _YELLOW, _GREEN, _DIM, _BOLD, _RESET = (
     "\033[31m",

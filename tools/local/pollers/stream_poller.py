@@ -49,13 +49,13 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tools.local.activity import ActivityLog, Invocation
-from tools.local.checkpoints import CheckpointStore
-from tools.local.destinations import FailureDestinations, UnsupportedDestination
-from tools.local.event_sources import StreamSource
-from tools.local.functions import FunctionRuntime, InvocationResult
-from tools.local.patterns import matches
-from tools.local.template import ACCOUNT, REGION
+from tools.local.console.activity import ActivityLog, Invocation
+from tools.local.pollers.checkpoints import CheckpointStore
+from tools.local.pollers.destinations import FailureDestinations, UnsupportedDestination
+from tools.local.pollers.event_sources import StreamSource
+from tools.local.pollers.patterns import matches
+from tools.local.reader.template import ACCOUNT, REGION
+from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.local.patterns import PatternError, parse_pattern
-from tools.local.template import Template, TemplateError
+from tools.local.pollers.patterns import PatternError, parse_pattern
+from tools.local.reader.template import Template, TemplateError
 
 IMPLICIT_API = "ServerlessRestApi"
 

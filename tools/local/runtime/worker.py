@@ -1,9 +1,9 @@
 """One function's execution environment: a process that imports the handler once and runs invocations.
 
-Started by local.launchers, as `python -m tools.local.worker CONFIG_JSON REQUEST_FD RESPONSE_FD` or forked
-by the fork server, with exactly the environment the template gives the function. Requests and
-responses are JSON lines on two pipes, so the handler's own stdout and stderr stay free for its logs,
-as in Lambda.
+Started by tools.local.runtime.launchers, as
+`python -m tools.local.runtime.worker CONFIG_JSON REQUEST_FD RESPONSE_FD` or forked by the fork
+server, with exactly the environment the template gives the function. Requests and responses are
+JSON lines on two pipes, so the handler's own stdout and stderr stay free for its logs, as in Lambda.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
-from tools.local.context import LambdaContext
+from tools.local.runtime.context import LambdaContext
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (tools/local/worker.py)
+ROOT = Path(__file__).resolve().parents[3]  # the repository (tools/local/runtime/worker.py)
 _PARENT_POLL_SECONDS = 0.5
 
 

@@ -1,7 +1,7 @@
 """How a function's worker process is started: a fresh interpreter, or a fork of the fork server.
 
 A fresh interpreter per function pays for importing boto3, Powertools and friends every time (seconds
-each on a small machine). The fork server (tools.local.forkserver) imports those once, with the
+each on a small machine). The fork server (tools.local.runtime.forkserver) imports those once, with the
 environment all the stack's functions share, and forks one worker per function; the fork then takes
 exactly its function's environment before any of the function's code is imported.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tools.local.processes import ChildProcess
-from tools.local.template import ROOT
+from tools.local.reader.template import ROOT
 
 # The fork server imports the shared packages before it answers its first request.
 FORK_SERVER_TIMEOUT_SECONDS = 60.0
@@ -70,7 +70,7 @@ class SubprocessLauncher:
             [
                 sys.executable,
                 "-m",
-                "tools.local.worker",
+                "tools.local.runtime.worker",
                 json.dumps(config),
                 str(pipes.request_read),
                 str(pipes.response_write),
@@ -128,7 +128,7 @@ class ForkServer:
             with self._log_path.open("ab") as log:
                 self.process = ChildProcess(
                     "fork server",
-                    [sys.executable, "-m", "tools.local.forkserver", str(theirs.fileno())],
+                    [sys.executable, "-m", "tools.local.runtime.forkserver", str(theirs.fileno())],
                     env=self._env,
                     cwd=ROOT,
                     stdout=log,

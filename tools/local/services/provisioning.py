@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from tools.local.services import FAKE_CREDENTIALS, AwsClients
-from tools.local.template import REGION, ROOT, Template, TemplateError
+from tools.local.reader.template import REGION, ROOT, Template, TemplateError
+from tools.local.services.emulators import FAKE_CREDENTIALS, AwsClients
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
 
-SEED_FILE = Path(__file__).with_name("seed.json")
+SEED_FILE = Path(__file__).resolve().parents[1] / "seed.json"  # tools/local/seed.json
 # Seed sections in the project's domain format are applied by the project's own seed command, so the
 # key design stays in one place (shop.adapters.keys). Placeholders: {file} and any template output name.
 DOMAIN_SEED_COMMANDS = {

@@ -1,6 +1,7 @@
 """moto server with its per-request hot spots cached: same behaviour, a fraction of the CPU under load.
 
-Started by tools.local.services as `python -m tools.local.moto_server -H 127.0.0.1 -p PORT` (the arguments of
+Started by tools.local.services.emulators as
+`python -m tools.local.services.moto_server -H 127.0.0.1 -p PORT` (the arguments of
 `python -m moto.server`). Profiled under the local stack's load (py-spy), moto spends most of its time
 on work that gives the same answer every time:
 - EventBridge: for every target of every matching event, moto builds a new JSONPath parser (PLY
@@ -132,7 +133,7 @@ def main(argv: list[str]) -> None:
     for fix in FIXES:
         fix()
     for reason in apply_speed_ups():
-        print(f"tools.local.moto_server: speed-up skipped ({reason})", file=sys.stderr, flush=True)
+        print(f"tools.local.services.moto_server: speed-up skipped ({reason})", file=sys.stderr, flush=True)
     from moto import server
 
     server.main(argv)
