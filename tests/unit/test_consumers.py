@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
 import pytest
 
-import shop.adapters.inventory_repository
-import shop.adapters.order_repository
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.envelope import CloudEvent
@@ -30,6 +29,26 @@ ORDER_ID = "o-0000000000000000000000000000a001"
 
 class SimulatedCrash(BaseException):
     """Stands for the process dying: Powertools only cleans up after an Exception, not this."""
+
+
+@contextmanager
+def crashing(
+    monkeypatch: pytest.MonkeyPatch, owner: type, method: str, *, write_first: bool
+) -> Iterator[None]:
+    """The process dies in `owner.method` (after its write when write_first) during the block, once."""
+    real = getattr(owner, method)
+
+    def crash(self: Any, *args: Any) -> None:
+        if write_first:
+            real(self, *args)
+        raise SimulatedCrash
+
+    monkeypatch.setattr(owner, method, crash)
+    try:
+        with pytest.raises(SimulatedCrash):
+            yield
+    finally:
+        monkeypatch.setattr(owner, method, real)
 
 
 @pytest.fixture
@@ -223,20 +242,10 @@ def test_a_stale_create_redelivered_after_its_record_expired_changes_nothing(inv
 def test_a_consumer_killed_mid_event_applies_it_exactly_once_after_in_progress_expiry(
     invoke, inventory, template, monkeypatch, crash_point
 ):
-    real_reserve = shop.adapters.inventory_repository.DynamoInventoryRepository.reserve
-
-    def crashing_reserve(self: Any, *args: Any) -> None:
-        if crash_point == "after-business-write":
-            real_reserve(self, *args)
-        raise SimulatedCrash
-
-    monkeypatch.setattr(
-        shop.adapters.inventory_repository.DynamoInventoryRepository, "reserve", crashing_reserve
-    )
     event = load_event("sqs_inventory_order_created.json")
-    with pytest.raises(SimulatedCrash):
+    write_first = crash_point == "after-business-write"
+    with crashing(monkeypatch, DynamoInventoryRepository, "reserve", write_first=write_first):
         invoke(INVENTORY, event)
-    monkeypatch.setattr(shop.adapters.inventory_repository.DynamoInventoryRepository, "reserve", real_reserve)
 
     # While the dead invocation's lock is still valid, a redelivery is refused (and retried later)
     assert failures(invoke(INVENTORY, event)) == [event["Records"][0]["messageId"]]
@@ -282,19 +291,9 @@ def test_inventory_rejected_rejects_the_pending_order(invoke, orders, pending_or
 def test_status_write_that_landed_before_a_crash_is_not_applied_twice(
     invoke, orders, pending_order, template, monkeypatch
 ):
-    real_save = shop.adapters.order_repository.DynamoOrderRepository.save_transition
-
-    def save_then_crash(self: Any, *args: Any) -> None:
-        real_save(self, *args)
-        raise SimulatedCrash
-
-    monkeypatch.setattr(
-        shop.adapters.order_repository.DynamoOrderRepository, "save_transition", save_then_crash
-    )
     event = load_event("sqs_order_status_inventory_reserved.json")
-    with pytest.raises(SimulatedCrash):
+    with crashing(monkeypatch, DynamoOrderRepository, "save_transition", write_first=True):
         invoke(ORDER_STATUS, event)
-    monkeypatch.setattr(shop.adapters.order_repository.DynamoOrderRepository, "save_transition", real_save)
     expire_in_progress_records(template)
 
     assert failures(invoke(ORDER_STATUS, event)) == []
