@@ -53,7 +53,7 @@ class Stored:
     """What the orders table holds, by kind."""
 
     orders: list[tuple[str, str, int]]  # (orderId, status, version)
-    events: list[tuple[str, int, str]]  # outbox items: (aggregateId, sequence, eventType)
+    events: list[tuple[str, int, str]]  # outbox envelopes: (subject, sequence, type)
     requests: list[tuple[str, str]]  # request records: (orderId, fingerprint)
 
 
@@ -85,9 +85,10 @@ def stored(template: Template) -> Callable[[], Stored]:
                 (i["orderId"]["S"], i["status"]["S"], int(i["version"]["N"])) for i in kind["Order"]
             ),
             events=sorted(
-                (i["aggregateId"]["S"], int(i["sequence"]["N"]), i["eventType"]["S"])
-                for i in items
-                if keys.is_outbox_sort_key(i[keys.SK]["S"])
+                (e["subject"], int(e["sequence"]), e["type"])
+                for e in (
+                    json.loads(i["envelope"]["S"]) for i in items if keys.is_outbox_sort_key(i[keys.SK]["S"])
+                )
             ),
             requests=sorted((i["orderId"]["S"], i["fingerprint"]["S"]) for i in kind["RequestKey"]),
         )

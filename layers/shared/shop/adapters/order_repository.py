@@ -123,6 +123,8 @@ class DynamoOrderRepository:
                     }
                 }
             )
+        # A transaction (2 units per KB per item): the order, its event and its key commit together, or
+        # nothing does (no phantom event, one order per key). Costs: docs/performance.md.
         try:
             aws.dynamodb().transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         except ClientError as exc:
@@ -178,6 +180,7 @@ class DynamoOrderRepository:
                 },
             }
         }
+        # A transaction: the version-checked transition and its event commit together, or neither does.
         try:
             aws.dynamodb().transact_write_items(
                 TransactItems=[update, self._outbox_put(order, event)]  # type: ignore[list-item]

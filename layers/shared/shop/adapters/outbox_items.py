@@ -3,10 +3,16 @@
 An outbox item is immutable once written. Its attributes:
     PK, SK           see shop.adapters.keys (SK starts with OUTBOX#)
     envelope         the CloudEvents JSON, byte for byte what becomes the PutEvents Detail
-    eventId, eventType, eventSource, aggregateId, sequence, occurredAt
+    eventId          key of the OutboxByEventId index (replay of one event); names a poison record
+    eventType, aggregateId, sequence   what the event is, readable without parsing the envelope
+                     (the chaos fault injector tells a transaction's kind by them)
     outboxBucket, outboxTime   sparse time index for replay (shop.adapters.keys)
     traceHeader      X-Ray trace header of the writer, when tracing is active
     expiresAt        TTL (epoch seconds); outlives the 24 h stream retention
+
+Nothing else: every byte counts towards the item's write units (1 per KB, 2 in a transaction); the
+event's source and time are in the envelope, which is all the relay, replay and redrive read
+(docs/performance.md, "Write cost").
 """
 
 from __future__ import annotations
@@ -53,7 +59,11 @@ def outbox_item(
     max_event_bytes: int,
     trace_header: str | None = None,
 ) -> dict[str, Any]:
-    """The DynamoDB item (attribute-value form) for one outbox event."""
+    """The DynamoDB item (attribute-value form) for one outbox event.
+
+    Kept small (write units are per started KB): the envelope holds the event's source and time, so
+    they are not repeated as attributes.
+    """
     ensure_publishable(event, max_event_bytes)
     occurred = parse_time(event.time)
     item: dict[str, Any] = {
@@ -62,10 +72,8 @@ def outbox_item(
         ENVELOPE: {"S": event.to_json()},
         "eventId": {"S": event.id},
         "eventType": {"S": event.type},
-        "eventSource": {"S": event.source},
         "aggregateId": {"S": event.subject},
         "sequence": {"N": str(event.sequence)},
-        "occurredAt": {"S": event.time},
         "expiresAt": {"N": str(int((occurred + timedelta(days=ttl_days)).timestamp()))},
     }
     if trace_header:
