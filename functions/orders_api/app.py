@@ -9,6 +9,8 @@ import re
 from functools import cache
 from typing import Annotated, Any
 
+# First: shop.runtime lets Powertools' event_handler load only the modules used (runtime.lean_imports).
+import shop.runtime  # noqa: F401  isort: skip
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,

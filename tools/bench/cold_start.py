@@ -22,9 +22,9 @@ from tools.local.reader.template import Template
 _TIMER = (
     "import sys, time\n"
     "sys.path[:0] = {paths!r}\n"
-    "start = time.perf_counter()\n"
+    "start, start_cpu = time.perf_counter(), time.process_time()\n"
     "import {module}\n"
-    "print(time.perf_counter() - start)\n"
+    "print(time.perf_counter() - start, time.process_time() - start_cpu)\n"
 )
 
 
@@ -32,7 +32,8 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _sample(paths: list[str], module: str, env: dict[str, str], write_bytecode: bool) -> float:
+def _sample(paths: list[str], module: str, env: dict[str, str], write_bytecode: bool) -> tuple[float, float]:
+    """Wall and CPU seconds of one import in a fresh interpreter."""
     flags = ["-I", "-S"] + ([] if write_bytecode else ["-B"])
     result = subprocess.run(
         [sys.executable, *flags, "-c", _TIMER.format(paths=paths, module=module)],
@@ -42,7 +43,8 @@ def _sample(paths: list[str], module: str, env: dict[str, str], write_bytecode: 
         check=True,
         timeout=120,
     )
-    return float(result.stdout.strip().splitlines()[-1])
+    wall, cpu = result.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
 
 
 def run(host_build: Path, workdir: Path, samples: int) -> dict[str, Any]:
@@ -70,17 +72,22 @@ def run(host_build: Path, workdir: Path, samples: int) -> dict[str, Any]:
         label = "with_pyc" if bytecode else "no_pyc"
         if bytecode:
             compileall.compile_dir(str(workdir), quiet=1)
-        timings: dict[str, list[float]] = {name: [] for name in subjects}
+        timings: dict[str, list[tuple[float, float]]] = {name: [] for name in subjects}
         for _ in range(samples):
             for name, (paths, module, env) in subjects.items():
                 timings[name].append(_sample(paths, module, env, write_bytecode=bytecode))
         for name, values in timings.items():
-            results.setdefault(name, {})[f"{label}_ms"] = 1000 * statistics.median(values)
+            figures = results.setdefault(name, {})
+            figures[f"{label}_ms"] = 1000 * statistics.median(wall for wall, _ in values)
+            figures[f"{label}_cpu_ms"] = 1000 * statistics.median(cpu for _, cpu in values)
     boto3_pyc = results["import boto3"]["with_pyc_ms"]
     boto3_no_pyc = results["import boto3"]["no_pyc_ms"]
+    boto3_pyc_cpu = results["import boto3"]["with_pyc_cpu_ms"]
     for name, figures in results.items():
         figures["ratio_to_boto3_with_pyc"] = figures["with_pyc_ms"] / boto3_pyc
         figures["ratio_to_boto3_no_pyc"] = figures["no_pyc_ms"] / boto3_no_pyc
+        # CPU time is what the import itself costs, whatever else the machine is running.
+        figures["cpu_ratio_to_boto3_with_pyc"] = figures["with_pyc_cpu_ms"] / boto3_pyc_cpu
         if name in sizes:
             figures["artefact_bytes"] = sizes[name]
     return {"samples": samples, "subjects": results}

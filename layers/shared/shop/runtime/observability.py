@@ -13,10 +13,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 
+from shop.runtime import snapstart
 from shop.runtime.config import sdk_call_tracing_enabled
 
 logger = Logger()
 metrics = Metrics()
+# Every function imports this module during init: the one place to register SnapStart's restore hooks.
+snapstart.register_restore_hooks()
 
 
 class LambdaLevelTracing:

@@ -1,0 +1,109 @@
+"""Load only the Powertools modules a function uses, not every sibling their package `__init__` imports.
+
+Importing `aws_lambda_powertools.event_handler.api_gateway` runs `event_handler/__init__.py` first, which
+imports every resolver (AppSync and with it `asyncio`, Bedrock, VPC Lattice, ...); importing
+`utilities.data_classes.sqs_event` (as the batch utility does) runs `data_classes/__init__.py`, which
+imports every event class Powertools has. Those two `__init__`s made up 30-40 ms of the API's cold
+start and 8 ms of each consumer's (docs/performance.md, "Cold start").
+
+`defer_package_init` registers such a package without running its `__init__`: its submodules import
+as usual, and a name the `__init__` re-exports is imported from its own submodule when first used, so
+`from aws_lambda_powertools.event_handler import Response` still works and gives the same object. Only
+packages whose `__init__` does nothing but re-export (imports, `__all__`, docstring) are deferred; any
+other package, or one already imported, is left alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+# The packages a function's import path goes through, whose __init__s only re-export.
+POWERTOOLS_PACKAGES = (
+    "aws_lambda_powertools.event_handler",
+    "aws_lambda_powertools.utilities.data_classes",
+)
+
+
+def reexports(init_source: str, package: str) -> dict[str, tuple[str, str]] | None:
+    """{name: (module, name in module)} of a re-export-only `__init__`; None if it does anything else."""
+    names: dict[str, tuple[str, str]] = {}
+    for node in ast.parse(init_source).body:
+        if isinstance(node, ast.ImportFrom):
+            relative = "." * node.level + (node.module or "")
+            source = importlib.util.resolve_name(relative, package) if node.level else node.module
+            if source is None or any(alias.name == "*" for alias in node.names):
+                return None
+            for alias in node.names:
+                names[alias.asname or alias.name] = (source, alias.name)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        elif isinstance(node, ast.Assign) and all(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            continue
+        else:
+            return None
+    return names
+
+
+class _DeferredPackage(types.ModuleType):
+    """A package whose re-exported names are imported on first access."""
+
+    _reexports: dict[str, tuple[str, str]]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            source, original = self._reexports[name]
+        except KeyError:
+            # Not a re-export: a submodule (`from package import submodule`) or a missing name.
+            if importlib.util.find_spec(f"{self.__name__}.{name}") is None:
+                raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}") from None
+            return importlib.import_module(f"{self.__name__}.{name}")
+        value = getattr(importlib.import_module(source), original)
+        object.__setattr__(self, name, value)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Importing a submodule binds it on its package. Where the __init__ re-exports a same-named
+        # object from it (data_classes.event_source, the decorator), the object wins, as it does there.
+        reexported = self.__dict__.get("_reexports", {}).get(name)
+        if isinstance(value, types.ModuleType) and reexported is not None and reexported[0] == value.__name__:
+            value = getattr(value, reexported[1])
+        object.__setattr__(self, name, value)
+
+
+def defer_package_init(name: str) -> bool:
+    """Register package `name` without running its `__init__`; False if it was not deferred."""
+    if name in sys.modules:
+        return False
+    parent_name, _, child = name.rpartition(".")
+    parent = importlib.import_module(parent_name)
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
+        return False
+    names = reexports(Path(spec.origin).read_text(), name)
+    if names is None:
+        return False
+    package = _DeferredPackage(name)
+    object.__setattr__(package, "_reexports", names)
+    package.__spec__ = spec
+    package.__loader__ = spec.loader
+    package.__file__ = spec.origin
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__package__ = name
+    sys.modules[name] = package
+    setattr(parent, child, package)
+    return True
+
+
+def defer_powertools_package_inits() -> None:
+    for name in POWERTOOLS_PACKAGES:
+        defer_package_init(name)
