@@ -1,7 +1,10 @@
 """`make bench`: relay efficiency, end-to-end latency, cold start and write cost, in one run.
 
 Prints a table and writes .bench/latest.json (figures, medians, ratios, versions, machine facts).
-Sizes can be lowered for a quick look: BENCH_EVENTS, BENCH_RATE, BENCH_SECONDS, BENCH_SAMPLES.
+Sizes can be lowered for a quick look: BENCH_EVENTS, BENCH_RATE, BENCH_SECONDS, BENCH_SAMPLES,
+BENCH_RAMP (orders/s, comma-separated), BENCH_STEP_SECONDS, BENCH_DRAIN_SECONDS, BENCH_SINGLE_ORDERS;
+BENCH_PARTS (comma-separated: stack, relay, cold_start) runs only those parts (a quick look; the
+targets of the parts not run read as missed).
 """
 
 from __future__ import annotations
@@ -28,15 +31,24 @@ sys.path.insert(0, str(ROOT / "layers" / "shared"))
 from shop.adapters import aws
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.runtime import config
-from tools.bench import cold_start, cost_model, latency, relay_efficiency, write_cost
+from tools.bench import capacity, cold_start, cost_model, latency, relay_efficiency, write_cost
 
 OUT_DIR = ROOT / ".bench"
 Check = Callable[[dict[str, Any]], bool]
 TARGETS: dict[str, Check] = {
     "relay calls per event <= 0.10": lambda r: r["relay"]["ours"]["put_events_calls_per_event"] <= 0.1001,
     "relay events/s >= 5x baseline": lambda r: r["relay"]["speedup_events_per_second"] >= 5,
-    "POST->CONFIRMED p50 <= 150 ms": lambda r: r["latency"]["post_to_confirmed"].get("p50_ms", 1e9) <= 150,
-    "POST->CONFIRMED p99 <= 600 ms": lambda r: r["latency"]["post_to_confirmed"].get("p99_ms", 1e9) <= 600,
+    "saga capacity >= 40 orders/s": lambda r: r["capacity"]["orders_per_s"] >= 40,
+    "POST->CONFIRMED p50 <= 150 ms at 20/s": lambda r: (
+        r["latency"]["post_to_confirmed"].get("p50_ms", 1e9) <= 150
+    ),
+    "POST->CONFIRMED p99 <= 600 ms at 20/s": lambda r: (
+        r["latency"]["post_to_confirmed"].get("p99_ms", 1e9) <= 600
+    ),
+    "one warm order at a time <= 100 ms median": lambda r: r["single_order"]["median_ms"] <= 100,
+    "DynamoDB write units per confirmed order <= 40": lambda r: (
+        r["write_cost"].get("wcu_per_confirmed_order", 1e9) <= 40
+    ),
     "cold start <= 1.3x import boto3 (with .pyc)": lambda r: all(
         s["ratio_to_boto3_with_pyc"] <= 1.3
         for n, s in r["cold_start"]["subjects"].items()
@@ -103,52 +115,108 @@ def main() -> int:
         "versions": _versions(),
     }
 
-    print("1/4 end-to-end latency in the local stack ...", flush=True)
+    parts = set(filter(None, os.environ.get("BENCH_PARTS", "stack,relay,cold_start").split(",")))
+    if "stack" in parts:
+        print("1/4 the local stack: one order at a time, latency at 20/s, capacity ramp ...", flush=True)
+        _bench_stack(results)
+    if "relay" in parts:
+        print("2/4 relay efficiency and 3/4 write cost ...", flush=True)
+        services = LocalServices(OUT_DIR / "services")
+        services.start()
+        try:
+            results["relay"] = relay_efficiency.run(
+                services.endpoints.moto, _env_int("BENCH_EVENTS", 10_000), 100
+            )
+            results["write_cost"] = write_cost.run(services.endpoints.dynamodb, services.endpoints.moto, 200)
+        finally:
+            services.stop()
+    if "cold_start" in parts:
+        print("4/4 cold start of the built artefacts ...", flush=True)
+        host_build = build_for_host(OUT_DIR / "host-build")
+        results["cold_start"] = cold_start.run(
+            host_build, OUT_DIR / "cold-start", _env_int("BENCH_SAMPLES", 7)
+        )
+
+    if {"relay", "cold_start"} <= parts:
+        results["cost_per_million_orders"] = {
+            relay: cost_model.cost_per_million_orders(results, relay) for relay in ("ours", "baseline")
+        }
+    results["targets"] = {name: _met(check, results) for name, check in TARGETS.items()}
+    results["seconds"] = time.monotonic() - began
+    (OUT_DIR / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(render(results))
+    if "cost_per_million_orders" in results:
+        print()
+        print(cost_model.render(results))
+    return 0
+
+
+def _met(check: Check, results: dict[str, Any]) -> bool:
+    """A target of a part that did not run (BENCH_PARTS) reads as missed."""
+    try:
+        return bool(check(results))
+    except KeyError:
+        return False
+
+
+def _bench_stack(results: dict[str, Any]) -> None:
+    """One warm order at a time, then latency at 20 orders/s, then the capacity ramp, on one stack."""
     stack = LocalStack(options=StackOptions(api_port=0, data_dir=OUT_DIR / "stack"))
     stack.start()
     try:
         _seed_stock(stack, "SKU-BENCH")
+        results["single_order"] = capacity.one_at_a_time(
+            stack, "SKU-BENCH", _env_int("BENCH_SINGLE_ORDERS", 20)
+        )
         results["latency"] = latency.run(
-            stack, "SKU-BENCH", float(_env_int("BENCH_RATE", 50)), float(_env_int("BENCH_SECONDS", 60))
+            stack, "SKU-BENCH", float(_env_int("BENCH_RATE", 20)), float(_env_int("BENCH_SECONDS", 30))
+        )
+        ramp = [float(r) for r in os.environ.get("BENCH_RAMP", "10,20,30,40,50,60,70,80").split(",")]
+        results["capacity"] = capacity.run(
+            stack,
+            "SKU-BENCH",
+            ramp,
+            float(_env_int("BENCH_STEP_SECONDS", 20)),
+            float(_env_int("BENCH_DRAIN_SECONDS", 5)),
         )
     finally:
         stack.stop()
 
-    print("2/4 relay efficiency and 3/4 write cost ...", flush=True)
-    services = LocalServices(OUT_DIR / "services")
-    services.start()
-    try:
-        results["relay"] = relay_efficiency.run(
-            services.endpoints.moto, _env_int("BENCH_EVENTS", 10_000), 100
-        )
-        results["write_cost"] = write_cost.run(services.endpoints.dynamodb, services.endpoints.moto, 200)
-    finally:
-        services.stop()
-
-    print("4/4 cold start of the built artefacts ...", flush=True)
-    host_build = build_for_host(OUT_DIR / "host-build")
-    results["cold_start"] = cold_start.run(host_build, OUT_DIR / "cold-start", _env_int("BENCH_SAMPLES", 7))
-
-    results["cost_per_million_orders"] = {
-        relay: cost_model.cost_per_million_orders(results, relay) for relay in ("ours", "baseline")
-    }
-    results["targets"] = {name: bool(check(results)) for name, check in TARGETS.items()}
-    results["seconds"] = time.monotonic() - began
-    (OUT_DIR / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(render(results))
-    print()
-    print(cost_model.render(results))
-    return 0
-
 
 def render(results: dict[str, Any]) -> str:
-    relay = results["relay"]
-    lat = results["latency"]
-    lines = [
-        f"make bench  {results['date']}  {results['machine']['cpu']} x{results['machine']['cores']}",
-        "",
-        "relay (same records, same endpoint)        ours        baseline",
+    lines = [f"make bench  {results['date']}  {results['machine']['cpu']} x{results['machine']['cores']}"]
+    if "relay" in results:
+        lines += ["", *_render_relay(results["relay"])]
+    if "latency" in results:
+        lines += ["", *_render_stack(results)]
+    if "cold_start" in results:
+        lines += ["", "cold start (median ms)            no .pyc   with .pyc   ratio vs boto3 (.pyc)"]
+        for name, figures in results["cold_start"]["subjects"].items():
+            lines.append(
+                f"  {name:<28} {figures['no_pyc_ms']:>8.0f} {figures['with_pyc_ms']:>10.0f} "
+                f"{figures['ratio_to_boto3_with_pyc']:>12.2f}"
+            )
+    if "write_cost" in results:
+        cost = results["write_cost"]
+        lines += [
+            "",
+            f"write cost: create {cost['create']['wcu_aws']:.0f} WCU, "
+            f"cancel {cost['cancel']['wcu_aws']:.0f} WCU (AWS billing of DynamoDB Local's units)",
+        ]
+        for function, figures in cost["consumers"].items():
+            lines.append(
+                f"  {function:<24} {figures['dynamodb_calls_per_event']:.1f} DynamoDB calls, "
+                f"{figures['wcu_aws']:.0f} WCU per event"
+            )
+    lines += ["", "targets:"] + [
+        f"  {'met ' if ok else 'MISS'} {name}" for name, ok in results["targets"].items()
     ]
+    lines.append(f"\n{results['seconds']:.0f} s; figures in .bench/latest.json")
+    return "\n".join(lines)
+
+
+def _render_relay(relay: dict[str, Any]) -> list[str]:
+    lines = ["relay (same records, same endpoint)        ours        baseline"]
     for label, key, fmt in (
         ("PutEvents calls per event", "put_events_calls_per_event", ".4f"),
         ("records delivered per order", "records_delivered_per_order", ".2f"),
@@ -156,9 +224,16 @@ def render(results: dict[str, Any]) -> str:
         ("events/s (median of slices)", "events_per_second_median", ".0f"),
     ):
         lines.append(f"  {label:<34} {relay['ours'][key]:>10{fmt}} {relay['baseline'][key]:>12{fmt}}")
-    lines += [
-        f"  speed-up                           {relay['speedup_events_per_second']:>10.1f}x",
-        "",
+    lines.append(f"  speed-up                           {relay['speedup_events_per_second']:>10.1f}x")
+    return lines
+
+
+def _render_stack(results: dict[str, Any]) -> list[str]:
+    single = results["single_order"]
+    lat = results["latency"]
+    lines = [
+        f"one warm order at a time: POST->CONFIRMED median {single['median_ms']:.0f} ms, "
+        f"p90 {single['p90_ms']:.0f} ms ({single['orders']} orders)",
         f"latency at {lat['offered_rate_per_s']:.0f} orders/s offered for {lat['seconds']:.0f} s "
         f"(achieved {lat['achieved_rate_per_s']:.1f}/s)",
     ]
@@ -174,28 +249,28 @@ def render(results: dict[str, Any]) -> str:
         + ", ".join(f"{hop} {ms:.0f} ms" for hop, ms in lat["median_hop_ms"].items())
         + ")"
     )
-    lines += ["", "cold start (median ms)            no .pyc   with .pyc   ratio vs boto3 (.pyc)"]
-    for name, figures in results["cold_start"]["subjects"].items():
+    ramp = results["capacity"]
+    lines.append(
+        f"saga capacity {ramp['orders_per_s']:.0f} orders/s (steps of {ramp['step_seconds']:.0f} s, "
+        f"drain {ramp['drain_seconds']:.0f} s)"
+    )
+    for step in ramp["steps"]:
         lines.append(
-            f"  {name:<28} {figures['no_pyc_ms']:>8.0f} {figures['with_pyc_ms']:>10.0f} "
-            f"{figures['ratio_to_boto3_with_pyc']:>12.2f}"
+            f"  {step['offered_rate_per_s']:>4.0f}/s {'kept up ' if step['kept_up'] else 'BEHIND  '}"
+            f"p50 {step['confirmed_p50_ms'] or 0:>6.0f} ms  p99 {step['confirmed_p99_ms'] or 0:>6.0f} ms  "
+            f"CPU {step['cpu_ms_per_order_total']:>5.0f} ms/order  load {step['load_average_before']:.1f}"
         )
-    cost = results["write_cost"]
-    lines += [
-        "",
-        f"write cost: create {cost['create']['wcu_aws']:.0f} WCU, cancel {cost['cancel']['wcu_aws']:.0f} WCU "
-        "(AWS billing of DynamoDB Local's units)",
-    ]
-    for function, figures in cost["consumers"].items():
+    steps = ramp["steps"]
+    if steps:
+        shown = [steps[0], steps[-1]] if len(steps) > 1 else steps
         lines.append(
-            f"  {function:<24} {figures['dynamodb_calls_per_event']:.1f} DynamoDB calls, "
-            f"{figures['wcu_aws']:.0f} WCU per event"
+            "  CPU ms per order by process  " + "".join(f"{s['offered_rate_per_s']:>8.0f}/s" for s in shown)
         )
-    lines += ["", "targets:"] + [
-        f"  {'met ' if ok else 'MISS'} {name}" for name, ok in results["targets"].items()
-    ]
-    lines.append(f"\n{results['seconds']:.0f} s; figures in .bench/latest.json")
-    return "\n".join(lines)
+        for name in sorted({n for s in shown for n in s["cpu_ms_per_order"]}):
+            lines.append(
+                f"    {name:<32}" + "".join(f"{s['cpu_ms_per_order'].get(name, 0.0):>10.1f}" for s in shown)
+            )
+    return lines
 
 
 if __name__ == "__main__":

