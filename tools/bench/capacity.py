@@ -26,9 +26,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tools.bench.latency import offer_at_rate
 from tools.local.console.activity import Invocation
 from tools.local.stack import LocalStack
 
@@ -291,16 +291,7 @@ def generate(api_url: str, sku: str, rate: float, seconds: float) -> dict[str, A
             else:
                 errors.append(str(response.status_code))
 
-    total = int(rate * seconds)
-    began = time.time()
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        for index in range(total):
-            scheduled = began + index / rate
-            delay = scheduled - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            pool.submit(post, scheduled)
-        offered = time.time() - began
+    offered = offer_at_rate(post, rate, seconds, workers=32)
     return {"sent": sent, "errors": errors, "achieved_rate_per_s": len(sent) / max(offered, 1e-9)}
 
 

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -55,6 +56,19 @@ def _events_of(invocation: Any) -> list[dict[str, Any]]:
             except (ValueError, KeyError, TypeError):
                 continue
     return found
+
+
+def offer_at_rate(post: Callable[[float], None], rate: float, seconds: float, workers: int) -> float:
+    """Calls post(scheduled time) `rate` times a second for `seconds` (open loop); the seconds it took."""
+    began = time.time()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for index in range(int(rate * seconds)):
+            scheduled = began + index / rate
+            delay = scheduled - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(post, scheduled)
+        return time.time() - began
 
 
 def run(
@@ -118,16 +132,7 @@ def run(
                         all_notified.set()
 
     stack.activity.subscribe(on_entry)
-    total = int(rate * seconds)
-    began = time.time()
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        for index in range(total):
-            scheduled = began + index / rate
-            delay = scheduled - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            pool.submit(post, scheduled)
-    offered_seconds = time.time() - began
+    offered_seconds = offer_at_rate(post, rate, seconds, workers=16)
     with lock:
         sending_done.set()
         if not waiting:
@@ -169,7 +174,7 @@ def run(
     return {
         "offered_rate_per_s": rate,
         "seconds": seconds,
-        "orders_sent": total,
+        "orders_sent": int(rate * seconds),
         "orders_accepted": len(sent),
         "achieved_rate_per_s": len(sent) / offered_seconds,
         "errors": errors[:20],

@@ -139,6 +139,11 @@ def run(moto_url: str, min_events: int, batch_size: int) -> dict[str, Any]:
             "POWERTOOLS_LOG_LEVEL": "WARNING",
         }
     )
+    # The relay is wired with its poison queue (none is parked here: every record is valid).
+    poison_queue = boto3.client("sqs", endpoint_url=moto_url).create_queue(
+        QueueName=template.physical_name("RelayPoisonQueue")
+    )["QueueUrl"]
+    os.environ.update({"AWS_ENDPOINT_URL_SQS": moto_url, "RELAY_POISON_QUEUE_URL": poison_queue})
     aws.reset_clients()
     boto3.client("events", endpoint_url=moto_url).create_event_bus(Name=bus)
     records, orders = stream_records(min_events)
