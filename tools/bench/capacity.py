@@ -5,8 +5,9 @@ a load generator in a process of its own (`python -m tools.bench.capacity genera
 its CPU is not the stack's. A step keeps up when
 - every accepted order reaches CONFIRMED and every consumer queue is empty again within a bounded drain
   (BENCH_DRAIN_SECONDS) after the last POST: no backlog left behind;
-- POST -> CONFIRMED does not grow over the step: the median of its last third is at most twice that of
-  its first third, plus 100 ms (a backlog that grows shows as latency growing with it);
+- POST -> CONFIRMED does not grow over the step: the median of its last third is at most 1.25 times that
+  of its first third, plus 100 ms (a backlog that grows shows as latency growing with it; at 40 orders/s
+  a first run went from 2.5 s to 4.8 s within 20 s and passed a 2x bound, which is no way to keep up);
 - the generator achieved at least 95% of the offered rate with no failed POST.
 The ramp stops at the first step that does not keep up; the capacity is the last rate that did.
 
@@ -37,7 +38,7 @@ _CONFIRMING_FUNCTION = "OrderStatusFunction"
 _CONFIRMING_EVENT = "InventoryReserved"
 _CONSUMER_QUEUES = ("InventoryQueue", "OrderStatusQueue", "NotificationQueue")
 # Growth allowed between the first and last third of a step before it counts as a growing backlog.
-_GROWTH_FACTOR = 2.0
+_GROWTH_FACTOR = 1.25
 _GROWTH_SLACK_SECONDS = 0.1
 
 
