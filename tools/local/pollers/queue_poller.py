@@ -38,6 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.pollers.event_sources import QueueSource
 from tools.local.pollers.patterns import matches
+from tools.local.pollers.threads import MappingThreads
 from tools.local.reader.template import REGION
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 
@@ -111,7 +112,7 @@ def batches_at_once(source: QueueSource, function: FunctionRuntime) -> int:
     return max(1, min(limits))
 
 
-class QueuePoller:
+class QueuePoller(MappingThreads):
     def __init__(
         self,
         source: QueueSource,
@@ -121,6 +122,7 @@ class QueuePoller:
         sqs: SQSClient,
         activity: ActivityLog,
     ) -> None:
+        super().__init__(name=f"sqs-{source.label}")
         self.source = source
         self._function = function
         self._queue_url = queue_url
@@ -130,25 +132,7 @@ class QueuePoller:
         self.concurrency = batches_at_once(source, function)
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._visibility_timeout: float | None = None  # the queue's, read when polling starts
-        self._batches: set[threading.Thread] = set()
-        self._batches_lock = threading.Lock()
         self._batch_numbers = itertools.count(1)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"sqs-{source.label}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        self._thread.join(timeout)
-        with self._batches_lock:
-            batches = list(self._batches)
-        for batch in batches:
-            batch.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         try:
@@ -216,15 +200,9 @@ class QueuePoller:
         if not messages or self._stop.is_set():
             return False
         deadline = self._visibility_deadline(received_at)
-        batch = threading.Thread(
-            target=self._deliver,
-            args=(messages, deadline),
-            name=f"sqs-{self.source.label}-{next(self._batch_numbers)}",
-            daemon=True,
+        self._start_batch(
+            self._deliver, (messages, deadline), name=f"sqs-{self.source.label}-{next(self._batch_numbers)}"
         )
-        with self._batches_lock:
-            self._batches.add(batch)
-        batch.start()
         return True
 
     def _deliver(self, messages: list[MessageTypeDef], visibility_deadline: float) -> None:
@@ -237,8 +215,6 @@ class QueuePoller:
             self._activity.notice("error", self.source.label, f"queue batch failed: {exc!r}")
             raise
         finally:
-            with self._batches_lock:
-                self._batches.discard(threading.current_thread())
             self._slots.release()
 
     def _process(self, messages: list[MessageTypeDef], visibility_deadline: float) -> None:

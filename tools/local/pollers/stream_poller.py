@@ -54,6 +54,7 @@ from tools.local.pollers.checkpoints import CheckpointStore
 from tools.local.pollers.destinations import FailureDestinations, UnsupportedDestination
 from tools.local.pollers.event_sources import StreamSource
 from tools.local.pollers.patterns import matches
+from tools.local.pollers.threads import MappingThreads
 from tools.local.reader.template import ACCOUNT, REGION
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 
@@ -214,7 +215,7 @@ class _Outcome:
     failed_ids: tuple[str, ...] = ()
 
 
-class StreamPoller:
+class StreamPoller(MappingThreads):
     def __init__(
         self,
         source: StreamSource,
@@ -225,6 +226,7 @@ class StreamPoller:
         activity: ActivityLog,
         checkpoints: CheckpointStore | None = None,
     ) -> None:
+        super().__init__(name=f"stream-{source.label}")
         self.source = source
         self._checkpoints = checkpoints
         self._function = function
@@ -239,34 +241,19 @@ class StreamPoller:
         self._lanes_per_shard = source.parallelization_factor
         # Batches invoked in threads of their own (ParallelizationFactor > 1), and what they returned:
         # the poller's thread settles them, so only it ever changes a lane.
-        self._batches: set[threading.Thread] = set()
-        self._batches_lock = threading.Lock()
         self._returned: queue.SimpleQueue[tuple[_Lane, list[_Pending], InvocationResult | None]] = (
             queue.SimpleQueue()
         )
-        self._stop = threading.Event()
         # Set when a function invocation ends: it may have written to the table, so read at once.
         self._wake = threading.Event()
         self._woken_read_at = 0.0  # when a read started by an invocation's end last happened (monotonic)
         activity.subscribe(self._on_activity)
-        self._thread = threading.Thread(target=self._run, name=f"stream-{source.label}", daemon=True)
         self.filtered_out = 0
 
-    # --- lifecycle --------------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
+    # --- lifecycle (start, join: MappingThreads) ---------------------------------------------------
     def stop(self) -> None:
-        self._stop.set()
+        super().stop()
         self._wake.set()
-
-    def join(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        self._thread.join(timeout)
-        with self._batches_lock:
-            batches = list(self._batches)
-        for batch in batches:
-            batch.join(max(0.0, deadline - time.monotonic()))
 
     def _on_activity(self, entry: object) -> None:
         if isinstance(entry, Invocation):
@@ -466,15 +453,11 @@ class StreamPoller:
         """Invoke a lane's batch in a thread of its own; the poller settles it when it returns (at
         shutdown it is not settled: the batch was not processed)."""
         lane.in_flight = True
-        thread = threading.Thread(
-            target=self._invoke_batch,
-            args=(lane, batch),
+        self._start_batch(
+            self._invoke_batch,
+            (lane, batch),
             name=f"stream-{self.source.label}-{lane.shard_id[-8:]}-{lane.index + 1}",
-            daemon=True,
         )
-        with self._batches_lock:
-            self._batches.add(thread)
-        thread.start()
 
     def _invoke_batch(self, lane: _Lane, batch: list[_Pending]) -> None:
         result: InvocationResult | None = None
@@ -485,8 +468,6 @@ class StreamPoller:
             raise
         finally:  # the lane must not stay in flight: with no result, its batch is tried again
             self._returned.put((lane, batch, result))
-            with self._batches_lock:
-                self._batches.discard(threading.current_thread())
             self._wake.set()
 
     def _settle_returned(self) -> bool:
