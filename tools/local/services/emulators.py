@@ -89,16 +89,27 @@ def find_dynamodb_local() -> Path:
     return candidates[-1].parent
 
 
-class DynamoDBLocal:
-    def __init__(self, port: int, data_dir: Path | None, log_path: Path) -> None:
+class _EmulatorProcess:
+    """An emulator served by a child process on a loopback port, its output in a log file."""
+
+    def __init__(self, port: int, log_path: Path) -> None:
         self.port = port
-        self.data_dir = data_dir
         self.log_path = log_path
         self.process: ChildProcess | None = None
 
     @property
     def endpoint(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+class DynamoDBLocal(_EmulatorProcess):
+    def __init__(self, port: int, data_dir: Path | None, log_path: Path) -> None:
+        super().__init__(port, log_path)
+        self.data_dir = data_dir
 
     def start(self) -> None:
         java = shutil.which("java")
@@ -143,21 +154,8 @@ class DynamoDBLocal:
         )
         client.list_tables(Limit=1)
 
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
 
-
-class MotoServer:
-    def __init__(self, port: int, log_path: Path) -> None:
-        self.port = port
-        self.log_path = log_path
-        self.process: ChildProcess | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
-
+class MotoServer(_EmulatorProcess):
     def start(self) -> None:
         ensure_port_free(self.port, "moto server")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -192,10 +190,6 @@ class MotoServer:
             if time.monotonic() > deadline:
                 raise StartupError(f"moto server did not answer within {START_TIMEOUT_SECONDS:.0f} s")
             time.sleep(_READY_POLL_SECONDS)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
 
 
 def _check_alive(process: ChildProcess | None, what: str, log_path: Path) -> None:
