@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shop.runtime.config import get_settings
 from shop.runtime.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
 from shop.runtime.observability import logger, metrics, tracer
-from shop.runtime.wiring import inventory_service
+from shop.runtime.wiring.inventory import inventory_service
 
 processor = ConsumerBatchProcessor()
 

@@ -11,7 +11,7 @@ from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import get_settings
 from shop.runtime.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
 from shop.runtime.observability import logger, metrics, tracer
-from shop.runtime.wiring import order_service
+from shop.runtime.wiring.orders import order_service
 
 processor = ConsumerBatchProcessor()
 

@@ -7,19 +7,14 @@ import binascii
 import json
 import re
 from functools import cache
-from typing import Annotated, Any
+from typing import Any
 
 # First: shop.runtime lets Powertools' event_handler load only the modules used (runtime.lean_imports).
 import shop.runtime  # noqa: F401  isort: skip
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
-from aws_lambda_powertools.event_handler.openapi.exceptions import (
-    RequestUnsupportedContentType,
-    RequestValidationError,
-)
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from schemas import CreateOrderRequest
+from validation import InvalidRequest, check_order_id, place_order_command
 
 from shop.domain.errors import (
     ConcurrentModification,
@@ -32,11 +27,13 @@ from shop.domain.errors import (
     ServiceBusy,
 )
 from shop.domain.orders import ANONYMOUS_CALLER, OrderService
-from shop.runtime import wiring
 from shop.runtime.config import get_settings
 from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.wiring import orders as wiring
 
-app = APIGatewayRestResolver(enable_validation=True)
+# Requests are validated by validation.py, not by Powertools' pydantic validation (enable_validation): the
+# same rules and messages without pydantic's import on every cold start (schemas.py is the contract).
+app = APIGatewayRestResolver()
 
 # The one place where domain errors become HTTP statuses.
 _STATUS_FOR_ERROR: dict[type[DomainError], int] = {
@@ -141,10 +138,21 @@ class _BadHeader(Exception):
     pass
 
 
+class _MalformedJson(Exception):
+    pass
+
+
+def _json_body() -> Any:
+    try:
+        return app.current_event.json_body
+    except json.JSONDecodeError as exc:
+        raise _MalformedJson from exc
+
+
 @app.post("/orders")
-def create_order(body: Annotated[CreateOrderRequest, Body()]) -> Response[Any]:
+def create_order() -> Response[Any]:
     placed = order_service().place_order(
-        body.to_command(),
+        place_order_command(_json_body()),
         idempotency_key=_idempotency_key(),
         correlation_id=app.context["correlation_id"],
         caller=caller_of(app.current_event.raw_event),
@@ -161,36 +169,28 @@ def create_order(body: Annotated[CreateOrderRequest, Body()]) -> Response[Any]:
 
 
 @app.get("/orders/<orderId>")
-def get_order(orderId: Annotated[str, Path(min_length=1, max_length=64)]) -> dict[str, Any]:
+def get_order(orderId: str) -> dict[str, Any]:
+    check_order_id(orderId)
     return order_service().get_order(orderId).to_dict()
 
 
 @app.post("/orders/<orderId>/cancel")
-def cancel_order(orderId: Annotated[str, Path(min_length=1, max_length=64)]) -> dict[str, Any]:
+def cancel_order(orderId: str) -> dict[str, Any]:
+    check_order_id(orderId)
     order = order_service().cancel_order(orderId, correlation_id=app.context["correlation_id"])
     metrics.add_metric(name="OrdersCancelled", unit=MetricUnit.Count, value=1)
     logger.info("order cancel requested", extra={"order_id": orderId, "version": order.version})
     return order.to_dict()
 
 
-@app.exception_handler(RequestValidationError)
-def _invalid_request(exc: RequestValidationError) -> Response[Any]:
-    errors = list(exc.errors())
-    if any(error.get("type") == "json_invalid" for error in errors):
-        return _error(400, "MALFORMED_JSON", "the request body is not valid JSON")
-    fields = [
-        {
-            "field": ".".join(str(part) for part in error.get("loc", ())[1:]) or "body",
-            "message": str(error.get("msg", "invalid")),
-        }
-        for error in errors
-    ]
-    return _error(422, "VALIDATION_FAILED", "the request is invalid", {"fields": fields})
+@app.exception_handler(InvalidRequest)
+def _invalid_request(exc: InvalidRequest) -> Response[Any]:
+    return _error(422, "VALIDATION_FAILED", "the request is invalid", {"fields": exc.fields})
 
 
-@app.exception_handler(RequestUnsupportedContentType)
-def _unsupported_media_type(exc: RequestUnsupportedContentType) -> Response[Any]:
-    return _error(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as application/json")
+@app.exception_handler(_MalformedJson)
+def _malformed_json(exc: _MalformedJson) -> Response[Any]:
+    return _error(400, "MALFORMED_JSON", "the request body is not valid JSON")
 
 
 @app.exception_handler(_BadHeader)

@@ -15,10 +15,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.poison_queue import PoisonQueue
-from shop.runtime import wiring
 from shop.runtime.config import get_settings
 from shop.runtime.observability import logger, metrics, tracer
 from shop.runtime.relay import StreamChange, relay_outbox_changes
+from shop.runtime.wiring import relay as wiring
 
 
 @cache

@@ -56,13 +56,40 @@ def test_the_apis_resolver_loads_without_the_other_resolvers():
         "    'same objects': Response is api_gateway.Response and APIGatewayRestResolver is api_gateway.APIGatewayRestResolver,\n"  # noqa: E501
         "    'content_types is the module': content_types.APPLICATION_JSON == 'application/json',\n"
         "    'appsync': 'aws_lambda_powertools.event_handler.appsync' in sys.modules,\n"
-        "    'asyncio': 'asyncio' in sys.modules}))\n"
+        "    'asyncio': 'asyncio.base_events' in sys.modules}))\n"
     )
     assert seen == {
         "same objects": True,
         "content_types is the module": True,
         "appsync": False,
         "asyncio": False,
+    }
+
+
+def test_asyncio_is_not_run_until_used_and_then_is_the_real_module():
+    """The batch utility imports asyncio for its async processor; the consumers use the synchronous one."""
+    seen = fresh_interpreter(
+        "import sys, json\n"
+        "from aws_lambda_powertools.utilities.batch import BatchProcessor, process_partial_response\n"
+        "before = 'asyncio.base_events' in sys.modules\n"
+        "from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType\n"
+        "from aws_lambda_powertools.utilities.batch import async_process_partial_response\n"
+        "async def handle(record):\n"
+        "    if record.body == 'bad':\n"
+        "        raise ValueError(record.body)\n"
+        "queue = 'arn:aws:sqs:us-east-1:1:q'\n"
+        "event = {'Records': [{'messageId': m, 'body': m, 'attributes': {}, 'messageAttributes': {},\n"
+        "    'eventSource': 'aws:sqs', 'eventSourceARN': queue} for m in ('ok', 'bad')]}\n"
+        "response = async_process_partial_response(event, handle, AsyncBatchProcessor(EventType.SQS), None)\n"
+        "import asyncio, asyncio.events\n"
+        "from asyncio import gather\n"
+        "print(json.dumps({'run before use': before, 'async batch response': response,\n"
+        "    'real module': sys.modules['asyncio'].gather is gather is asyncio.gather}))\n"
+    )
+    assert seen == {
+        "run before use": False,
+        "async batch response": {"batchItemFailures": [{"itemIdentifier": "bad"}]},
+        "real module": True,
     }
 
 

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from shop.domain.envelope import CloudEvent, format_time, now
 from shop.domain.errors import InvalidEnvelope
-from shop.domain.event_types import Rejection, ReservationData
 from shop.domain.orders import ORDER_CANCELLED, ORDER_CREATED
+
+if TYPE_CHECKING:  # the event data declarations are for type checking and docs; 1.7 ms to import
+    from shop.domain.event_types import Rejection, ReservationData
 
 EVENT_SOURCE = "shop.inventory"
 INVENTORY_RESERVED = "InventoryReserved"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shop.domain.envelope import CloudEvent, format_time, now
 from shop.domain.errors import (
@@ -19,8 +19,10 @@ from shop.domain.errors import (
     OrderNotFound,
     RequestInProgress,
 )
-from shop.domain.event_types import OrderData, OrderItemData
 from shop.domain.outbox import ensure_publishable
+
+if TYPE_CHECKING:  # the event data declarations are for type checking and docs; 1.7 ms to import
+    from shop.domain.event_types import OrderData, OrderItemData
 
 EVENT_SOURCE = "shop.orders"
 ORDER_CREATED = "OrderCreated"

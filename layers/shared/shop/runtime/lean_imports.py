@@ -11,6 +11,12 @@ as usual, and a name the `__init__` re-exports is imported from its own submodul
 `from aws_lambda_powertools.event_handler import Response` still works and gives the same object. Only
 packages whose `__init__` does nothing but re-export (imports, `__all__`, docstring) are deferred; any
 other package, or one already imported, is left alone.
+
+`asyncio` (5-8 ms) is imported by the batch utility's module for its async processor only; the
+consumers use the synchronous one. `load_on_first_use` puts a stand-in in `sys.modules` that imports
+the real module the first time one of its attributes is used, so a function that never touches it
+never pays for it, and one that does gets the real module. (The standard library's `LazyLoader` does
+not serve: every later `import asyncio` statement reads the module's `__spec__`, which loads it.)
 """
 
 from __future__ import annotations
@@ -104,6 +110,38 @@ def defer_package_init(name: str) -> bool:
     return True
 
 
+# Modules imported on a function's path but used only by code the functions do not run.
+LOADED_ON_FIRST_USE = ("asyncio",)
+
+
+class _LoadedOnFirstUse(types.ModuleType):
+    """Stands in `sys.modules` for a module until one of its attributes is used, then imports it."""
+
+    def __getattr__(self, name: str) -> Any:
+        real = self.__dict__.get("_real")
+        if real is None:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+            object.__setattr__(self, "_real", real)
+        return getattr(real, name)
+
+
+def load_on_first_use(name: str) -> bool:
+    """Register module `name` to be imported on its first attribute access; False if already imported."""
+    if name in sys.modules:
+        return False
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return False
+    stand_in = _LoadedOnFirstUse(name)
+    stand_in.__spec__ = spec  # read by every `import name`; found here, it does not load the module
+    sys.modules[name] = stand_in
+    return True
+
+
 def defer_powertools_package_inits() -> None:
     for name in POWERTOOLS_PACKAGES:
         defer_package_init(name)
+    for name in LOADED_ON_FIRST_USE:
+        load_on_first_use(name)

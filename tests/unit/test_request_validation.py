@@ -1,0 +1,252 @@
+"""The API's hot-path validator (functions/orders_api/validation.py) against its contract, the pydantic model
+in schemas.py that Powertools used to validate with: the same verdict, the same fields, the same messages, in
+the same order, on thousands of generated bodies, most of them nearly valid."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import random
+import re
+import sys
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from tests.support import json_body, load_event, load_handler_module
+from tools.local.reader.template import Template
+
+FUNCTION = "OrdersApiFunction"
+NOT_AN_OBJECT = "Input should be a valid dictionary or object to extract fields from"
+CASES = 4000
+
+
+@pytest.fixture(scope="module")
+def modules() -> tuple[ModuleType, ModuleType]:
+    spec = Template.load().function(FUNCTION)
+    for directory in (*spec.layer_dirs, spec.code_uri):
+        if str(directory) not in sys.path:
+            sys.path.insert(0, str(directory))  # as Lambda puts the CodeUri and the layer on the path
+    return importlib.import_module("schemas"), importlib.import_module("validation")
+
+
+def load_event_body(name: str) -> Any:
+    return json.loads(load_event(name)["body"])
+
+
+def pydantic_fields(schemas: ModuleType, body: Any) -> list[dict[str, str]]:
+    """What Powertools' validation (enable_validation) reported for a body: a missing body is a missing
+    field; otherwise the model's errors, their location without the leading "body"."""
+    if body is None:
+        return [{"field": "body", "message": "Field required"}]
+    try:
+        TypeAdapter(schemas.CreateOrderRequest).validate_python(body, from_attributes=True)
+    except ValidationError as error:
+        return [
+            {"field": ".".join(str(part) for part in e["loc"]) or "body", "message": e["msg"]}
+            for e in error.errors()
+        ]
+    return []
+
+
+ODD_VALUES: list[Any] = [
+    *("", " ", "USD\n", "usd", "US", "USDX", "EU R", "é", "ÉUR", "\ud800", "-x", ".x", "x" * 64, "x" * 65),
+    *("c" * 128, "c" * 129, "a b", "a/b", "0", "10"),
+    *(0, -1, 1, 2, 10_000, 10_001, 100_000_000, 100_000_001, 2**70, -(2**70)),
+    *(1.0, 1.5, -0.0, float("nan"), float("inf"), True, False, None),
+    *([], [1], ["x"], {}, {"a": 1}, {"sku": "A"}),
+]
+
+
+def odd(rng: random.Random) -> Any:
+    return copy.deepcopy(rng.choice(ODD_VALUES))
+
+
+def valid_line(rng: random.Random) -> dict[str, Any]:
+    return {
+        "sku": rng.choice(["A", "sku-1", "a.b_c-d", "x" * 64, "9"]),
+        "quantity": rng.choice([1, 2, 9_999, 10_000]),
+        "unitPrice": rng.choice([0, 1, 1999, 100_000_000]),
+    }
+
+
+def valid_body(rng: random.Random, max_lines: int) -> dict[str, Any]:
+    lines = rng.choice([1, 1, 2, 3, max_lines])
+    return {
+        "customerId": rng.choice(["c", "customer-1", "c" * 128, "a.b_c:d@e-f", "0"]),
+        "currency": rng.choice(["USD", "EUR", "JPY"]),
+        "items": [valid_line(rng) for _ in range(lines)],
+    }
+
+
+def mutate(body: dict[str, Any], rng: random.Random, max_lines: int) -> Any:
+    lines = body["items"]
+    line_objects = [line for line in lines if isinstance(line, dict)] or [{}]
+    kind = rng.randrange(11)
+    if kind == 0:
+        body[rng.choice(["customerId", "currency", "items"])] = odd(rng)
+    elif kind == 1:
+        rng.choice(line_objects)[rng.choice(["sku", "quantity", "unitPrice"])] = odd(rng)
+    elif kind == 2:
+        body.pop(rng.choice(["customerId", "currency", "items"]), None)
+    elif kind == 3:
+        rng.choice(line_objects).pop(rng.choice(["sku", "quantity", "unitPrice"]), None)
+    elif kind == 4:
+        body[rng.choice(["coupon", "items ", "Currency", "extra"])] = odd(rng)
+    elif kind == 5:
+        rng.choice(line_objects)[rng.choice(["lineTotal", "SKU", "x"])] = odd(rng)
+    elif kind == 6:
+        lines[rng.randrange(len(lines))] = odd(rng)
+    elif kind == 7:
+        body["items"] = [
+            valid_line(rng) for _ in range(rng.choice([0, max_lines, max_lines + 1, max_lines + 5]))
+        ]
+    elif kind == 8:
+        body["items"] = lines + [odd(rng) for _ in range(rng.choice([1, max_lines - len(lines)]))]
+    elif kind == 9:
+        return copy.deepcopy(rng.choice([v for v in ODD_VALUES if not (isinstance(v, list) and v)]))
+    else:
+        body = dict(reversed(list(body.items())))  # key order must not change the order of the report
+    return body
+
+
+def generated_bodies(max_lines: int) -> Iterator[Any]:
+    rng = random.Random(2026)
+    for _ in range(CASES):
+        body: Any = valid_body(rng, max_lines)
+        for _ in range(rng.choice([0, 1, 1, 2, 3])):
+            if not isinstance(body, dict) or not isinstance(body.get("items"), list) or not body["items"]:
+                break
+            body = mutate(body, rng, max_lines)
+        yield body
+
+
+def test_the_validator_refuses_and_accepts_exactly_what_the_contract_does(modules):
+    schemas, validation = modules
+    seen: set[str] = set()
+    accepted = 0
+    for body in generated_bodies(validation.MAX_LINES):
+        expected = pydantic_fields(schemas, body)
+        assert validation.request_problems(copy.deepcopy(body)) == expected, json.dumps(body)[:2000]
+        if expected:
+            seen.update(re.sub(r" \d.*| '.*", "", f["message"]) for f in expected)  # the rule, not its bound
+            with pytest.raises(validation.InvalidRequest):
+                validation.place_order_command(body)
+        else:
+            accepted += 1
+            model = schemas.CreateOrderRequest.model_validate(body)
+            command = validation.place_order_command(body)
+            assert (command.customer_id, command.currency) == (model.customerId, model.currency)
+            assert [(x.sku, x.quantity, x.unit_price) for x in command.lines] == [
+                (i.sku, i.quantity, i.unitPrice) for i in model.items
+            ]
+    # The generator reached every rule, and both verdicts: otherwise the comparison proves little.
+    assert 0.1 * CASES < accepted < 0.6 * CASES
+    assert seen >= {
+        "Field required",
+        "Extra inputs are not permitted",
+        "Input should be a valid string",
+        "Input should be a valid integer",
+        "Input should be a valid list",
+        NOT_AN_OBJECT,
+        "String should have at least",
+        "String should have at most",
+        "String should match pattern",
+        "Input should be greater than",
+        "Input should be greater than or equal to",
+        "Input should be less than or equal to",
+        "Input should be a valid string, unable to parse raw data as a unicode string",
+        "List should have at least",
+        "List should have at most",
+    }, seen
+
+
+@pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 200])
+def test_the_order_id_rule_is_the_contracts(modules, length):
+    schemas, validation = modules
+    order_id = "o" * length
+    try:
+        TypeAdapter(schemas.OrderId).validate_python(order_id)
+        expected = None
+    except ValidationError as error:
+        expected = [{"field": "orderId", "message": error.errors()[0]["msg"]}]
+    try:
+        validation.check_order_id(order_id)
+        got = None
+    except validation.InvalidRequest as refused:
+        got = refused.fields
+    assert got == expected
+
+
+def test_the_contract_declares_exactly_the_handlers_routes(modules):
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+
+    schemas, _ = modules
+    handler = load_handler_module(Template.load().function(FUNCTION))
+    declared = APIGatewayRestResolver(enable_validation=True)
+    schemas.declare_routes(declared)
+
+    def routes(resolver: Any) -> set[tuple[str, str, str]]:
+        return {
+            (r.method, r.path, r.func.__name__) for r in resolver._static_routes + resolver._dynamic_routes
+        }
+
+    assert routes(declared) == routes(handler.app)
+
+
+def test_the_handler_does_not_import_pydantic():
+    code = (
+        "import sys; sys.path[:0] = {paths!r}; import app; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))"
+    )
+    spec = Template.load().function(FUNCTION)
+    paths = [str(spec.code_uri), *map(str, spec.layer_dirs)]
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-c", code.format(paths=paths)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**spec.environment, "AWS_REGION": "us-east-1", "POWERTOOLS_TRACE_DISABLED": "true"},
+    )
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        ("null", [{"field": "body", "message": "Field required"}]),
+        (
+            # Powertools' validation took a JSON array's first element as the body; a list is not an order
+            json.dumps(
+                [
+                    {
+                        "customerId": "c",
+                        "currency": "USD",
+                        "items": [{"sku": "A", "quantity": 1, "unitPrice": 1}],
+                    }
+                ]
+            ),
+            [
+                {
+                    "field": "body",
+                    "message": "Input should be a valid dictionary or object to extract fields from",
+                }
+            ],
+        ),
+    ],
+    ids=["json-null", "json-array"],
+)
+def test_a_body_that_is_not_an_order_object_is_a_422(api: Callable[..., dict[str, Any]], body, fields):
+    event = load_event("api_create_order.json")
+    event["body"] = body
+
+    response = api(event)
+
+    assert response["statusCode"] == 422
+    assert json_body(response)["error"]["details"]["fields"] == fields
