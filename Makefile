@@ -100,6 +100,11 @@ test: lint build $(NODE_STAMP) ## everything CI checks: lint, then unit, conform
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
 	$(BIN)/sam deploy $(ARGS)
 
+# make local and make bench run one long-lived stack: DynamoDB Local's JVM compiles fully (C2) for
+# throughput. The tests start many short-lived stacks and keep the start-up default (C1 only, half the
+# start-up CPU; tools/local/services/emulators.py). docs/performance.md has both measured.
+local bench: export LOCAL_DYNAMODB_JVM_OPTIONS ?= -XX:+UseSerialGC
+
 local: $(STAMP) $(NODE_STAMP) ## the whole pipeline on this machine, no Docker (PORT=3000, PERSIST=1, LOGS=1)
 	@command -v java >/dev/null || { echo "error: Java 17+ is required for DynamoDB Local (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	$(BIN)/python -m tools.local
