@@ -29,6 +29,7 @@ from tools.local.pollers.event_sources import IMPLICIT_API, EventSources, read_e
 from tools.local.pollers.queue_poller import QueuePoller
 from tools.local.pollers.stream_poller import StreamPoller
 from tools.local.processes import StartupError
+from tools.local.reader.permissions import tables_written
 from tools.local.reader.template import ROOT, Template
 from tools.local.runtime.functions import (
     FunctionError,
@@ -279,9 +280,15 @@ class LocalStack:
             if self.services.persistent
             else None
         )
+        # Which tables each function may write (None: cannot tell): only their invocations wake a
+        # mapping of that table's stream; the others' could not have written it.
+        writes = {function: tables_written(self.template, function) for function in self.functions}
         for stream in self.sources.streams:
             if not stream.enabled or stream.function not in self.functions:
                 continue
+            woken_by = frozenset(
+                f for f, tables in writes.items() if tables is None or stream.table in tables
+            )
             self._pollers.append(
                 StreamPoller(
                     stream,
@@ -291,6 +298,7 @@ class LocalStack:
                     destinations,
                     self.activity,
                     checkpoints,
+                    woken_by,
                 )
             )
         for queue in self.sources.queues:

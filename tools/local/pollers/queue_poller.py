@@ -26,7 +26,6 @@ How many batches are received at once, and throttling (tests/conformance/test_sq
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import threading
@@ -41,10 +40,11 @@ from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
 from tools.local.reader.template import REGION
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
+from tools.local.services.emulators import FAKE_CREDENTIALS
+from tools.local.services.json_api import JsonApi
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
-    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 _WAIT_SECONDS = 1
 _MAX_RECEIVE = 10
@@ -61,20 +61,21 @@ _VISIBILITY_MARGIN_SECONDS = 0.1
 
 
 def _message_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    # Binary values arrive base64-encoded in the JSON protocol, as Lambda delivers them.
     shaped: dict[str, Any] = {
-        "stringListValues": value.get("StringListValues", []),
-        "binaryListValues": [base64.b64encode(v).decode() for v in value.get("BinaryListValues", [])],
+        "stringListValues": list(value.get("StringListValues", [])),
+        "binaryListValues": list(value.get("BinaryListValues", [])),
         "dataType": value.get("DataType", "String"),
     }
     if "StringValue" in value:
         shaped["stringValue"] = value["StringValue"]
     if "BinaryValue" in value:
-        shaped["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+        shaped["binaryValue"] = value["BinaryValue"]
     return shaped
 
 
-def lambda_sqs_record(message: MessageTypeDef, queue_arn: str) -> dict[str, Any]:
-    """A received message in the shape Lambda delivers it to a function."""
+def lambda_sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
+    """A received message (ReceiveMessage's JSON, as it arrived) in the shape Lambda delivers it."""
     attributes = message.get("MessageAttributes", {})
     record: dict[str, Any] = {
         "messageId": message["MessageId"],
@@ -128,11 +129,17 @@ class QueuePoller(MappingThreads):
         self._queue_url = queue_url
         self._queue_arn = queue_arn
         self._sqs = sqs
+        # Receives and deletes, several per order, as plain JSON-protocol POSTs (json_api: why not boto3).
+        self._api = JsonApi.like(sqs, FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"])
         self._activity = activity
         self.concurrency = batches_at_once(source, function)
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._visibility_timeout: float | None = None  # the queue's, read when polling starts
         self._batch_numbers = itertools.count(1)
+
+    def join(self, timeout: float) -> None:
+        super().join(timeout)
+        self._api.close()
 
     def _run(self) -> None:
         try:
@@ -156,13 +163,16 @@ class QueuePoller(MappingThreads):
             self._activity.notice("error", self.source.label, f"queue poller stopped: {exc!r}")
             raise
 
-    def _receive(self, limit: int, wait_seconds: int) -> list[MessageTypeDef]:
-        response = self._sqs.receive_message(
-            QueueUrl=self._queue_url,
-            MaxNumberOfMessages=min(_MAX_RECEIVE, limit),
-            WaitTimeSeconds=wait_seconds,
-            MessageSystemAttributeNames=["All"],
-            MessageAttributeNames=["All"],
+    def _receive(self, limit: int, wait_seconds: int) -> list[dict[str, Any]]:
+        response = self._api.call(
+            "ReceiveMessage",
+            {
+                "QueueUrl": self._queue_url,
+                "MaxNumberOfMessages": min(_MAX_RECEIVE, limit),
+                "WaitTimeSeconds": wait_seconds,
+                "MessageSystemAttributeNames": ["All"],
+                "MessageAttributeNames": ["All"],
+            },
         )
         return list(response.get("Messages", []))
 
@@ -175,7 +185,7 @@ class QueuePoller(MappingThreads):
             self._visibility_timeout = float(attributes.get("VisibilityTimeout", 30))
         return received_at + self._visibility_timeout
 
-    def _gather(self) -> tuple[list[MessageTypeDef], float]:
+    def _gather(self) -> tuple[list[dict[str, Any]], float]:
         """A batch, and when its first messages were received (monotonic)."""
         batch_size = self.source.batch_size
         batch = self._receive(batch_size, _WAIT_SECONDS)
@@ -205,7 +215,7 @@ class QueuePoller(MappingThreads):
         )
         return True
 
-    def _deliver(self, messages: list[MessageTypeDef], visibility_deadline: float) -> None:
+    def _deliver(self, messages: list[dict[str, Any]], visibility_deadline: float) -> None:
         try:
             self._process(messages, visibility_deadline)
         except (ClientError, BotoCoreError) as exc:
@@ -217,7 +227,7 @@ class QueuePoller(MappingThreads):
         finally:
             self._slots.release()
 
-    def _process(self, messages: list[MessageTypeDef], visibility_deadline: float) -> None:
+    def _process(self, messages: list[dict[str, Any]], visibility_deadline: float) -> None:
         records = [lambda_sqs_record(m, self._queue_arn) for m in messages]
         if self.source.filters:
             kept = [r for r in records if any(matches(p, _filterable(r)) for p in self.source.filters)]
@@ -285,10 +295,8 @@ class QueuePoller(MappingThreads):
     def _delete(self, records: list[dict[str, Any]]) -> None:
         for start in range(0, len(records), _MAX_RECEIVE):
             chunk = records[start : start + _MAX_RECEIVE]
-            response = self._sqs.delete_message_batch(
-                QueueUrl=self._queue_url,
-                Entries=[{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(chunk)],
-            )
+            entries = [{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(chunk)]
+            response = self._api.call("DeleteMessageBatch", {"QueueUrl": self._queue_url, "Entries": entries})
             for failure in response.get("Failed", []):
                 self._activity.notice(
                     "warning", self.source.label, f"delete failed: {failure.get('Message')}"

@@ -1,7 +1,7 @@
 """The DynamoDB stream event source mapping, with Lambda's semantics, against DynamoDB Local.
 
 Per lane of a shard, in order, one batch at a time: records are read (4 times a second as Lambda does,
-and at once after any function invocation, since it may have written to the table), shaped exactly as
+and at once after an invocation of a function whose role may write the table), shaped exactly as
 Lambda delivers them, filtered (filtered-out records are dropped for good), batched (BatchSize,
 MaximumBatchingWindowInSeconds) and handed to the function. The lane keeps reading while its batch is
 being processed, so it knows when each record arrived. A child shard waits until its parent is done.
@@ -57,12 +57,14 @@ from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
 from tools.local.reader.template import ACCOUNT, REGION
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
+from tools.local.services.emulators import FAKE_CREDENTIALS
+from tools.local.services.json_api import JsonApi
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 # Lambda polls each shard 4 times a second. Writes made by the stack's functions are read sooner: the
-# end of any invocation wakes the pollers (see StreamPoller._idle).
+# end of an invocation of a function that may write the table wakes its pollers (see StreamPoller._idle).
 POLL_INTERVAL_SECONDS = 0.25
 DISCOVERY_INTERVAL_SECONDS = 1.0
 # Reads started by invocations' ends are at most this often per mapping (a few ms of latency at most,
@@ -131,21 +133,24 @@ def _iso(epoch_seconds: float, milliseconds: bool = False) -> str:
 
 
 class _RawRecordsReader:
-    """GetRecords with the response's raw JSON: boto3's parsed form drops Lambda-relevant fields."""
+    """GetRecords (4 times a second and after writes) and DescribeStream (every second) with the
+    response's raw JSON (tools.local.services.json_api, not boto3): boto3's parsed form of a record drops
+    Lambda-relevant fields, so the poller parses the raw JSON anyway, and botocore's request building,
+    signing and parsing were most of a read's CPU in the stack's process."""
 
-    def __init__(self, client: DynamoDBStreamsClient) -> None:
-        self._client = client
-        self._local = threading.local()
-        client.meta.events.register("after-call.dynamodbstreams.GetRecords", self._capture)
-
-    def _capture(self, http_response: Any, **_: Any) -> None:
-        self._local.body = http_response.content
+    def __init__(self, streams: DynamoDBStreamsClient) -> None:
+        self._api = JsonApi.like(streams, FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"])
 
     def get_records(self, iterator: str) -> tuple[list[dict[str, Any]], str | None]:
-        self._local.body = b""
-        self._client.get_records(ShardIterator=iterator, Limit=_GET_RECORDS_LIMIT)
-        data = json.loads(self._local.body)
+        data = self._api.call("GetRecords", {"ShardIterator": iterator, "Limit": _GET_RECORDS_LIMIT})
         return list(data.get("Records", [])), data.get("NextShardIterator")
+
+    def describe_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        description: dict[str, Any] = self._api.call("DescribeStream", params)["StreamDescription"]
+        return description
+
+    def close(self) -> None:
+        self._api.close()
 
 
 @dataclass
@@ -225,7 +230,10 @@ class StreamPoller(MappingThreads):
         destinations: FailureDestinations,
         activity: ActivityLog,
         checkpoints: CheckpointStore | None = None,
+        woken_by: frozenset[str] | None = None,
     ) -> None:
+        """woken_by: the functions whose invocations may write the table (their end starts a read at
+        once; tools.local.reader.permissions); None: every function's."""
         super().__init__(name=f"stream-{source.label}")
         self.source = source
         self._checkpoints = checkpoints
@@ -244,7 +252,10 @@ class StreamPoller(MappingThreads):
         self._returned: queue.SimpleQueue[tuple[_Lane, list[_Pending], InvocationResult | None]] = (
             queue.SimpleQueue()
         )
-        # Set when a function invocation ends: it may have written to the table, so read at once.
+        # Set when an invocation of a function in woken_by ends (it may have written to the table, so
+        # read at once) or a batch of this mapping's own returns.
+        self._woken_by = woken_by
+        self._written = threading.Event()  # a woken_by invocation ended: read at once
         self._wake = threading.Event()
         self._woken_read_at = 0.0  # when a read started by an invocation's end last happened (monotonic)
         activity.subscribe(self._on_activity)
@@ -256,22 +267,28 @@ class StreamPoller(MappingThreads):
         self._wake.set()
 
     def _on_activity(self, entry: object) -> None:
-        if isinstance(entry, Invocation):
+        if isinstance(entry, Invocation) and (self._woken_by is None or entry.function in self._woken_by):
+            self._written.set()
             self._wake.set()
 
     def _idle(self) -> None:
         """Wait for the next poll: the poll interval, or less when an invocation may have written."""
-        if self._wake.wait(POLL_INTERVAL_SECONDS) and not self._stop.is_set():
-            if self._returned.empty():
-                # Another function's invocation ended: the reads such ends start are coalesced, one per
-                # _WOKEN_READ_GAP_SECONDS (under load every invocation would otherwise cost a read of
-                # every stream). A batch of this mapping's own that returned is settled at once.
-                self._stop.wait(self._woken_read_at + _WOKEN_READ_GAP_SECONDS - time.monotonic())
-            self._wake.clear()
-            self._woken_read_at = time.monotonic()
-            for shard in self._shards.values():
-                for lane in shard.lanes:
-                    lane.next_fetch_at = 0.0
+        if not self._wake.wait(POLL_INTERVAL_SECONDS) or self._stop.is_set():
+            return
+        self._wake.clear()
+        if not self._written.is_set():
+            return  # a batch of this mapping's own returned: it is settled now; it wrote nothing to read
+        if self._returned.empty():
+            # A writer's invocation ended: the reads such ends start are coalesced, one per
+            # _WOKEN_READ_GAP_SECONDS (under load every invocation would otherwise cost a read). A batch
+            # of this mapping's own that returned is settled at once.
+            self._stop.wait(self._woken_read_at + _WOKEN_READ_GAP_SECONDS - time.monotonic())
+        self._wake.clear()
+        self._written.clear()  # before the read: whatever is written from here on wakes it again
+        self._woken_read_at = time.monotonic()
+        for shard in self._shards.values():
+            for lane in shard.lanes:
+                lane.next_fetch_at = 0.0
 
     def _run(self) -> None:
         try:
@@ -303,6 +320,8 @@ class StreamPoller(MappingThreads):
         except Exception as exc:
             self._activity.notice("error", self.source.label, f"stream poller stopped: {exc!r}")
             raise
+        finally:
+            self._reader.close()
 
     # --- shards -----------------------------------------------------------------------------------
     def _discover(self) -> None:
@@ -312,8 +331,8 @@ class StreamPoller(MappingThreads):
             kwargs: dict[str, Any] = {"StreamArn": self._stream_arn}
             if start:
                 kwargs["ExclusiveStartShardId"] = start
-            description = self._streams.describe_stream(**kwargs)["StreamDescription"]
-            shards.extend(description.get("Shards", []))  # type: ignore[arg-type]
+            description = self._reader.describe_stream(kwargs)
+            shards.extend(description.get("Shards", []))
             start = description.get("LastEvaluatedShardId")
             if not start:
                 break
@@ -400,7 +419,11 @@ class StreamPoller(MappingThreads):
                 continue
             created = float(record["dynamodb"].get("ApproximateCreationDateTime", now_wall))
             lane.pending.append(_Pending(record, sequence, created, arrival_time(created, now_wall), now))
-        lane.next_fetch_at = now if raw_records else now + POLL_INTERVAL_SECONDS
+        # Read again at once only when the read stopped at the record limit (more may be there): a
+        # shorter one returned everything written so far, and later writes wake the poller or wait for
+        # the poll (so does a read DynamoDB cut at 1 MB first).
+        full = len(raw_records) >= _GET_RECORDS_LIMIT
+        lane.next_fetch_at = now if full else now + POLL_INTERVAL_SECONDS
         return bool(raw_records)
 
     def _renewed_iterator(self, lane: _Lane) -> str:
