@@ -160,14 +160,15 @@ def _met(check: Check, results: dict[str, Any]) -> bool:
 
 
 def _bench_stack(results: dict[str, Any]) -> None:
-    """One warm order at a time, then latency at 20 orders/s, then the capacity ramp, on one stack."""
+    """One order at a time after start-up, latency at 20 orders/s, one order at a time on the warmed
+    stack, then the capacity ramp, on one stack."""
     stack = LocalStack(options=StackOptions(api_port=0, data_dir=OUT_DIR / "stack"))
     stack.start()
     try:
         _seed_stock(stack, "SKU-BENCH")
-        results["single_order"] = capacity.one_at_a_time(
-            stack, "SKU-BENCH", _env_int("BENCH_SINGLE_ORDERS", 20)
-        )
+        single_orders = _env_int("BENCH_SINGLE_ORDERS", 20)
+        # Right after start-up DynamoDB Local's JIT and every process are still warming up: reported apart.
+        results["single_order_after_start"] = capacity.one_at_a_time(stack, "SKU-BENCH", single_orders)
         rate = float(_env_int("BENCH_RATE", 20))
         # The first seconds at the rate scale each function out from the one environment the single
         # orders left warm: their cold starts are in this run's tail, reported apart (latency_scale_out).
@@ -176,6 +177,8 @@ def _bench_stack(results: dict[str, Any]) -> None:
             stack, "SKU-BENCH", rate, float(_env_int("BENCH_SCALE_OUT_SECONDS", 15))
         )
         results["latency"] = latency.run(stack, "SKU-BENCH", rate, float(_env_int("BENCH_SECONDS", 30)))
+        # The target: one order at a time on the stack warmed by the runs above.
+        results["single_order"] = capacity.one_at_a_time(stack, "SKU-BENCH", single_orders)
         ramp = [float(r) for r in os.environ.get("BENCH_RAMP", "10,20,30,40,50,60,70,80").split(",")]
         results["capacity"] = capacity.run(
             stack,
@@ -236,9 +239,11 @@ def _render_relay(relay: dict[str, Any]) -> list[str]:
 def _render_stack(results: dict[str, Any]) -> list[str]:
     single = results["single_order"]
     lat = results["latency"]
+    after_start = results.get("single_order_after_start") or single
     lines = [
         f"one warm order at a time: POST->CONFIRMED median {single['median_ms']:.0f} ms, "
-        f"p90 {single['p90_ms']:.0f} ms ({single['orders']} orders)",
+        f"p90 {single['p90_ms']:.0f} ms ({single['orders']} orders, after the latency runs; right after "
+        f"start-up: median {after_start['median_ms']:.0f} ms, p90 {after_start['p90_ms']:.0f} ms)",
         f"latency at {lat['offered_rate_per_s']:.0f} orders/s offered for {lat['seconds']:.0f} s "
         f"(achieved {lat['achieved_rate_per_s']:.1f}/s)",
     ]
