@@ -1,0 +1,68 @@
+"""`make bench`'s relay-efficiency and write-cost parts, small, on emulators of their own: they run end to end
+(the relay part once broke unnoticed until a `make bench`), measure what the product does, and the bench's
+target checks read the keys they write (a renamed key would read as a silently missed target)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import reset_process_state
+from tools.bench import relay_efficiency, write_cost
+from tools.bench.__main__ import TARGETS, render
+from tools.local.services.emulators import LocalServices
+
+RELAY_TARGETS = ("relay calls per event <= 0.10", "relay events/s >= 5x baseline")
+WRITE_TARGETS = ("DynamoDB write units per confirmed order <= 40",)
+
+
+@pytest.fixture
+def bench_services(tmp_path: Path, fake_credentials: None) -> Iterator[LocalServices]:
+    """Fresh emulators (the bench creates the template's bus and tables itself); the environment the bench
+    parts set is restored afterwards."""
+    saved = dict(os.environ)
+    services = LocalServices(tmp_path / "services")
+    services.start()
+    try:
+        yield services
+    finally:
+        services.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+        reset_process_state()
+
+
+def test_the_relay_and_write_cost_parts_measure_the_product_and_feed_their_targets(
+    bench_services: LocalServices,
+) -> None:
+    relay = relay_efficiency.run(bench_services.endpoints.moto, 300, 100)
+    cost = write_cost.run(bench_services.endpoints.dynamodb, bench_services.endpoints.moto, 5)
+
+    # The relay batches up to 10 events per PutEvents (the baseline: one each), and both relays
+    # published every outbox event of the same stream records.
+    assert relay["outbox_events"] >= 300
+    assert relay["baseline"]["put_events_calls_per_event"] == 1.0
+    assert 0.1 <= relay["ours"]["put_events_calls_per_event"] < 0.15
+    assert relay["speedup_events_per_second"] > 1
+    # A confirmed order's writes as AWS bills them (docs/performance.md, write cost table).
+    assert cost["wcu_per_confirmed_order"] == 38
+    assert cost["consumers"]["inventory_consumer"]["dynamodb_calls_per_event"] == 3
+
+    results: dict[str, Any] = {
+        "date": "test",
+        "machine": {"cpu": "test", "cores": 2},
+        "relay": relay,
+        "write_cost": cost,
+        "seconds": 0.0,
+    }
+    for name in (*RELAY_TARGETS, *WRITE_TARGETS):
+        assert isinstance(TARGETS[name](results), bool), name  # reads real keys: no KeyError
+    results["targets"] = {name: bool(TARGETS[name](results)) for name in (*RELAY_TARGETS, *WRITE_TARGETS)}
+    assert results["targets"]["DynamoDB write units per confirmed order <= 40"] is True
+    text = render(results)
+    assert "PutEvents calls per event" in text
+    assert "write cost: create 10 WCU" in text
