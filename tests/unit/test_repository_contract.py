@@ -23,6 +23,7 @@ from shop.domain.inventory import (
     INVENTORY_RESERVED,
     InsufficientStock,
     InventoryRepository,
+    InventoryService,
     Reservation,
     ReservationChanged,
     ReservationStatus,
@@ -385,3 +386,30 @@ def test_a_change_needs_both_the_sequence_and_the_status_read(
         inventory.repository.update_status(replace(rejected, **held), cancelled)
 
     assert inventory.repository.get_reservation("o-1") == rejected
+
+
+def test_a_redelivered_order_created_is_stale_and_writes_nothing_even_when_its_stock_is_gone(
+    inventory: InventoryStore,
+):
+    # The service reserves without reading the reservation first, so the conditional writes alone decide:
+    # the reserve fails on the existing reservation (AWS lists a cancellation reason per action, in
+    # order, and the reservation's is checked first), and so would the rejection's conditional put.
+    stocked(inventory, {"SKU-A": 2, "SKU-B": 1})
+    created = CloudEvent.new(
+        source="shop.orders",
+        type=ORDER_CREATED,
+        subject="o-1",
+        sequence=1,
+        data={"items": [{"sku": "SKU-A", "quantity": 2}, {"sku": "SKU-B", "quantity": 1}]},
+        correlation_id="corr-1",
+    )
+    service = InventoryService(inventory.repository)
+
+    assert service.apply(created) == "reserved"
+    assert service.apply(created) == "stale"
+
+    assert levels(inventory, "SKU-A", "SKU-B") == [0, 0]
+    assert [e.type for e in inventory.outbox("o-1")] == [INVENTORY_RESERVED]
+    stored = inventory.repository.get_reservation("o-1")
+    assert stored is not None
+    assert stored.status is ReservationStatus.RESERVED
