@@ -11,9 +11,12 @@ import pytest
 from moto.events.models import EventPattern, EventPatternParser
 
 import shop.adapters.aws
+import shop.runtime.wiring.relay
 from shop.adapters import keys
+from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.outbox_items import outbox_item
 from shop.domain.envelope import CloudEvent
+from shop.runtime.config import Settings
 from tests.support import load_event
 from tests.unit.fakes import FaultyEventBridge
 from tools.local.reader.template import Template
@@ -190,7 +193,8 @@ def test_one_poison_in_a_full_batch_of_100_parks_it_and_publishes_the_99(
         event_id(r) for i, r in enumerate(batch) if i != 2
     )
     assert [p["eventId"] for p in poison_queue()] == [event_id(batch[2])]
-    assert len(faulty_bus.calls) == 10  # 99 events: still 10 entries per PutEvents call
+    # The 2 events before the poison go out before it is parked, the 97 after it only then: 1 + 10 calls
+    assert [len(call) for call in faulty_bus.calls] == [2] + [10] * 9 + [7]
 
 
 def test_a_poison_record_after_the_checkpoint_is_parked_only_when_redelivered(
@@ -305,3 +309,90 @@ def test_filter_criteria_admit_only_outbox_inserts(template: Template):
 
     assert admitted == ["INSERT", "INSERT"]
     assert all(any(p.matches_event(r) for p in patterns) for r in insert_batch)  # type: ignore[arg-type]
+
+
+def poison_envelope(record: dict[str, Any], envelope: str) -> dict[str, Any]:
+    record["dynamodb"]["NewImage"]["envelope"] = {"S": envelope}
+    return record
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        pytest.param("[" * 100_000, id="nested-past-the-recursion-limit"),
+        pytest.param('{"specversion": "1.0", "n": ' + "7" * 5_000 + "}", id="integer-past-the-digit-limit"),
+        pytest.param(
+            '{"specversion":"1.0","id":"e","source":"shop.\\ud800","type":"OrderCreated","subject":"o",'
+            '"time":"2026-11-21T10:00:00.000Z","sequence":1,"correlationid":"c","data":{}}',
+            id="lone-surrogate-escape",
+        ),
+    ],
+)
+def test_every_envelope_that_fails_to_decode_is_parked_not_an_invocation_error(
+    faulty_bus, bus, poison_queue, invoke, envelope
+):
+    batch = outbox_stream_records(3)
+    poison_envelope(batch[1], envelope)
+
+    failures = relay(invoke, batch)
+
+    # Parked like any poison: no function error, so no bisection, no 23 h of retries, no neighbour in a DLQ
+    assert failures == []
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted([event_id(batch[0]), event_id(batch[2])])
+    assert [p["eventId"] for p in poison_queue()] == [event_id(batch[1])]
+
+
+def test_while_the_poison_queue_is_down_no_retry_sends_anything_twice(faulty_bus, bus, invoke, template):
+    batch = outbox_stream_records(9)
+    poison_envelope(batch[3], "not json")  # no poison queue exists yet: SendMessage fails
+
+    # Lambda retries from the reported checkpoint, again and again while the queue is down
+    checkpoints = [relay(invoke, batch)] + [relay(invoke, batch[3:]) for _ in range(3)]
+
+    assert checkpoints == [[batch[3]["dynamodb"]["SequenceNumber"]]] * 4
+    # The three events before the poison went out once; nothing after it was sent before it is parked
+    assert faulty_bus.sent_ids() == [event_id(r) for r in batch[:3]]
+
+    # When the queue is back, the poison is parked and the rest published, each once
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName=template.physical_name("RelayPoisonQueue"))["QueueUrl"]
+    assert relay(invoke, batch[3:]) == []
+    on_bus = [e["detail"]["id"] for e in bus()]
+    assert sorted(on_bus) == sorted(event_id(r) for i, r in enumerate(batch) if i != 3)
+    parked = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
+    assert [json.loads(m["Body"])["eventId"] for m in parked] == [event_id(batch[3])]
+
+
+def test_an_entry_the_bus_rejects_that_cannot_be_parked_stops_publishing_after_its_call(
+    faulty_bus, bus, invoke
+):
+    batch = records("relay_outbox_insert_batch.json")  # 25 records: calls of 10, 10 and 5
+    faulty_bus.reject = {event_id(batch[4])}  # and no poison queue: it cannot be parked
+
+    failures = relay(invoke, batch)
+
+    assert failures == [batch[4]["dynamodb"]["SequenceNumber"]]
+    # Only its own call went out (its chunk-mates after it are the one unavoidable repeat on retry)
+    assert len(faulty_bus.calls) == 1
+    assert {event_id(r) for r in batch[10:]}.isdisjoint(faulty_bus.sent_ids())
+
+
+def test_throttling_that_outlasts_the_retries_checkpoints_at_the_first_throttled_entry_and_parks_nothing(
+    faulty_bus, bus, poison_queue, invoke, monkeypatch
+):
+    batch = records("relay_outbox_insert_batch.json")
+    faulty_bus.throttle_entries = {event_id(batch[13]): 1_000, event_id(batch[16]): 1_000}
+
+    def without_sleeping(settings: Settings) -> EventPublisher:
+        return EventPublisher(settings.event_bus_name, settings.max_event_bytes, sleep=lambda seconds: None)
+
+    monkeypatch.setattr(shop.runtime.wiring.relay, "event_publisher", without_sleeping)
+
+    failures = relay(invoke, batch)
+
+    assert failures == [batch[13]["dynamodb"]["SequenceNumber"]]
+    assert poison_queue() == []  # throttling is transient: never poison
+    on_bus = {e["detail"]["id"] for e in bus()}
+    assert event_id(batch[12]) in on_bus
+    assert {event_id(r) for r in batch[20:]}.isdisjoint(faulty_bus.sent_ids())  # nothing after its call
+    assert len(faulty_bus.calls) == 2 + 5  # the first two calls, then the 5 retries of 6 attempts

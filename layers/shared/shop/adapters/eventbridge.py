@@ -8,7 +8,10 @@ Guarantees of publish_in_order():
   attempt budget and the invocation's remaining time allow;
 - an entry EventBridge refuses for what it is (`MalformedDetail`, `InvalidArgument`: AWS lists them as
   non-retryable, and no retry or configuration change makes that record acceptable) is reported in
-  `rejected` and does not stop the others: the caller parks it as poison;
+  `rejected`, never counted as published, and does not stop the others: the caller parks it as
+  poison. With `on_rejected`, it is handed over as soon as the entries before it are on the bus and
+  before the next PutEvents call; when the caller cannot put it away, publishing stops there (only
+  its chunk-mates after it, sent in the same call, are on the bus beyond the checkpoint);
 - on the first failure that remains, nothing after the chunk is sent, and the position of the first
   unpublished entry is returned, so the caller can checkpoint exactly there. Non-retryable errors of the
   account's configuration (`AccessDeniedException`, `NotAuthorizedForSourceException`, ...) are such
@@ -26,7 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from shop.adapters import aws
 from shop.domain.outbox import OutboxEntry
-from shop.domain.publishing import PublishResult, ordered_chunks
+from shop.domain.publishing import OnRejected, PublishResult, ordered_chunks
 
 RETRYABLE_ENTRY_CODES = frozenset({"ThrottlingException", "InternalFailure", "InternalException"})
 # https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEventsResultEntry.html
@@ -81,16 +84,26 @@ class EventPublisher:
         return True
 
     def publish_in_order(
-        self, entries: Sequence[OutboxEntry], remaining_seconds: Callable[[], float] = lambda: 60.0
+        self,
+        entries: Sequence[OutboxEntry],
+        remaining_seconds: Callable[[], float] = lambda: 60.0,
+        on_rejected: OnRejected | None = None,
     ) -> PublishResult:
         result = PublishResult()
         for chunk in ordered_chunks(entries, self._max_request_bytes):
             failed_at = self._publish_chunk(entries, chunk, result, remaining_seconds)
+            # Rejected entries before the checkpoint are handed over in order; one the caller cannot
+            # put away becomes the checkpoint itself.
+            for position in sorted(p for p in result.rejected if p in chunk):
+                if failed_at is not None and position > failed_at:
+                    break
+                code, message = result.rejected[position]
+                if on_rejected is not None and not on_rejected(position, code, message):
+                    failed_at = position
+                    break
             if failed_at is not None:
                 result.first_unpublished = failed_at
-                result.confirmed = failed_at
                 return result
-        result.confirmed = len(entries)
         return result
 
     def _publish_chunk(

@@ -29,6 +29,7 @@ from shop.domain.outbox import OutboxEntry, ensure_publishable, outbox_entry
 
 ENVELOPE = "envelope"
 TRACE_HEADER = "traceHeader"
+EXPIRES_AT = "expiresAt"
 
 TraceHeader = Callable[[], str | None]
 
@@ -74,19 +75,35 @@ def outbox_item(
         "eventType": {"S": event.type},
         "aggregateId": {"S": event.subject},
         "sequence": {"N": str(event.sequence)},
-        "expiresAt": {"N": str(int((occurred + timedelta(days=ttl_days)).timestamp()))},
+        EXPIRES_AT: {"N": str(int((occurred + timedelta(days=ttl_days)).timestamp()))},
     }
     if trace_header:
         item[TRACE_HEADER] = {"S": trace_header}
     return item
 
 
+def _string_attribute(image: dict[str, Any], name: str) -> str | None:
+    value = image.get(name)
+    text = value.get("S") if isinstance(value, dict) else None
+    return text if isinstance(text, str) else None
+
+
 def event_id_of_image(image: dict[str, Any]) -> str:
     """An outbox item image's event id, or its key when the id itself is missing (poison)."""
-    event_id = image.get("eventId", {}).get("S")
-    if isinstance(event_id, str) and event_id:
+    event_id = _string_attribute(image, "eventId")
+    if event_id:
         return event_id
-    return f"{image.get(keys.PK, {}).get('S')}|{image.get(keys.SK, {}).get('S')}"
+    return f"{_string_attribute(image, keys.PK)}|{_string_attribute(image, keys.SK)}"
+
+
+def outbox_expiry(image: dict[str, Any]) -> float | None:
+    """An outbox item image's expiresAt (epoch seconds), None when absent or unreadable."""
+    value = image.get(EXPIRES_AT)
+    number = value.get("N") if isinstance(value, dict) else None
+    try:
+        return float(number) if isinstance(number, str) else None
+    except ValueError:
+        return None
 
 
 def is_outbox_image(image: dict[str, Any] | None) -> bool:
@@ -98,10 +115,22 @@ def is_outbox_image(image: dict[str, Any] | None) -> bool:
 
 
 def decode_outbox_image(image: dict[str, Any], max_event_bytes: int) -> OutboxEntry:
-    """Turn an outbox item image into a publishable entry, or raise InvalidEnvelope (a poison record)."""
-    raw = image.get(ENVELOPE, {}).get("S")
-    if not isinstance(raw, str):
+    """Turn an outbox item image into a publishable entry, or raise InvalidEnvelope (a poison record).
+
+    Every failure to decode is InvalidEnvelope: decoding is pure (no I/O), so an exception here is the
+    record's own fault and repeats on every retry. Anything else escaping would fail the relay's whole
+    invocation and hold its shard (and crash redrive and replay on the same record).
+    """
+    raw = _string_attribute(image, ENVELOPE)
+    if raw is None:
         raise InvalidEnvelope("outbox item has no envelope string")
-    entry = outbox_entry(raw, max_event_bytes)
-    trace = image.get(TRACE_HEADER, {}).get("S")
-    return replace(entry, trace_header=trace) if isinstance(trace, str) else entry
+    try:
+        entry = outbox_entry(raw, max_event_bytes)
+    except InvalidEnvelope:
+        raise
+    except Exception as exc:  # e.g. a lone surrogate escape: UnicodeEncodeError when sized
+        raise InvalidEnvelope(
+            "envelope cannot be decoded", {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        ) from exc
+    trace = _string_attribute(image, TRACE_HEADER)
+    return replace(entry, trace_header=trace) if trace is not None else entry

@@ -162,6 +162,8 @@ class CloudEvent:
     def from_json(cls, text: str) -> CloudEvent:
         try:
             raw = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise InvalidEnvelope("envelope is not valid JSON") from exc
+        except (ValueError, TypeError, RecursionError) as exc:
+            # ValueError: malformed JSON, or an integer literal past Python's digit limit;
+            # RecursionError: nesting deeper than the interpreter's recursion limit.
+            raise InvalidEnvelope("envelope is not valid JSON", {"error": type(exc).__name__}) from exc
         return cls.from_dict(raw)

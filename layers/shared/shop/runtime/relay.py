@@ -8,6 +8,13 @@ stream by redrive). Non-outbox changes are skipped. Two kinds of failure, handle
 - a transient failure (throttling, EventBridge errors, the poison queue itself failing) stops the
   relay at that record: the caller reports its sequence number, Lambda retries from it, and nothing
   before it is sent again. The shard waits, in order, until the failure clears.
+
+Poison is parked in stream order: a poison record is parked after everything before it is on the bus
+and before anything after it is sent, so when the poison queue fails, the checkpoint at the poison
+record holds back records that were never sent, and no retry puts anything on the bus twice. An entry
+EventBridge itself rejects is only known once its PutEvents call answered: if it cannot be parked,
+its chunk-mates after it in that one call (at most 9 events of other aggregates) are sent again by
+the retry; consumers deduplicate them by event id.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from shop.domain.envelope import parse_time
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord, PoisonSink
-from shop.domain.publishing import OutboxPublisher, PublishResult
+from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger, metrics
 
 
@@ -45,7 +52,8 @@ class RelayOutcome:
     parked: list[PoisonRecord] = field(default_factory=list)
     skipped: int = 0
     checkpoint: str | None = None  # sequence number to retry from; None = whole batch done
-    publish: PublishResult | None = None
+    put_events_calls: int = 0
+    failures_by_code: dict[str, int] = field(default_factory=dict)
 
 
 def relay_outbox_changes(
@@ -56,54 +64,75 @@ def relay_outbox_changes(
     remaining_seconds: Callable[[], float] = lambda: 60.0,
 ) -> RelayOutcome:
     outcome = RelayOutcome()
-    publishable: list[tuple[int, OutboxEntry]] = []  # (position in changes, entry)
-    poison: list[tuple[int, PoisonRecord]] = []
+    segment: list[tuple[int, OutboxEntry]] = []  # (position in changes, entry) since the last poison
+    stop: int | None = None  # position of the first change this invocation did not finish
     for position, change in enumerate(changes):
         if change.event_name != "INSERT" or not is_outbox_image(change.new_image):
             outcome.skipped += 1  # foreign items, updates, TTL deletions: not ours to publish
             continue
         assert change.new_image is not None
         try:
-            publishable.append((position, decode_outbox_image(change.new_image, max_event_bytes)))
+            segment.append((position, decode_outbox_image(change.new_image, max_event_bytes)))
+            continue
         except InvalidEnvelope as exc:
-            poison.append((position, _poison_record(change, exc)))
-
-    entries = [entry for _, entry in publishable]
-    result = publisher.publish_in_order(entries, remaining_seconds)
-    outcome.publish = result
-    outcome.published = [entries[p] for p in sorted(result.accepted_positions)]
-    stop = len(changes)  # position of the first change this invocation did not finish
-    if result.first_unpublished is not None:
-        stop, failed_entry = publishable[result.first_unpublished]
-        logger.warning(
-            "publish failed; checkpointing",
-            extra={
-                "event_id": failed_entry.event_id,
-                "correlation_id": failed_entry.correlation_id,
-                "sequence_number": changes[stop].sequence_number,
-                "failures_by_code": result.failures_by_code,
-            },
-        )
-    for entry_position, (code, message) in result.rejected.items():
-        position, _ = publishable[entry_position]
-        change = changes[position]
-        assert change.new_image is not None
-        rejected = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
-        poison.append((position, _poison_record(change, rejected)))
-    poison.sort(key=lambda item: item[0])
-    # Only poison before the checkpoint is parked: what follows it is redelivered and parked then,
-    # so a retried batch never parks the same record twice.
-    for position, record in poison:
-        if position >= stop:
+            poison = _poison_record(change, exc)
+        # Everything before the poison goes out first; nothing after it until it is parked.
+        stop = _publish_segment(segment, changes, publisher, poison_sink, outcome, remaining_seconds)
+        segment = []
+        if stop is not None:
             break
-        if not _park(record, poison_sink):
+        if not _park(poison, poison_sink):
             stop = position
             break
-        outcome.parked.append(record)
-    if stop < len(changes):
+        outcome.parked.append(poison)
+    else:
+        stop = _publish_segment(segment, changes, publisher, poison_sink, outcome, remaining_seconds)
+    if stop is not None:
         outcome.checkpoint = changes[stop].sequence_number
-    _record_metrics(outcome, result)
+    _record_metrics(outcome)
     return outcome
+
+
+def _publish_segment(
+    segment: list[tuple[int, OutboxEntry]],
+    changes: Sequence[StreamChange],
+    publisher: OutboxPublisher,
+    poison_sink: PoisonSink,
+    outcome: RelayOutcome,
+    remaining_seconds: Callable[[], float],
+) -> int | None:
+    """Publish a run of decodable entries; returns the position in `changes` to checkpoint at, if any."""
+    if not segment:
+        return None
+    entries = [entry for _, entry in segment]
+
+    def park_rejected(entry_position: int, code: str, message: str) -> bool:
+        change = changes[segment[entry_position][0]]
+        refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
+        record = _poison_record(change, refused)
+        if not _park(record, poison_sink):
+            return False
+        outcome.parked.append(record)
+        return True
+
+    result = publisher.publish_in_order(entries, remaining_seconds, on_rejected=park_rejected)
+    outcome.put_events_calls += result.calls
+    for code, count in result.failures_by_code.items():
+        outcome.failures_by_code[code] = outcome.failures_by_code.get(code, 0) + count
+    outcome.published.extend(entries[p] for p in sorted(result.accepted_positions))
+    if result.first_unpublished is None:
+        return None
+    stop, failed_entry = segment[result.first_unpublished]
+    logger.warning(
+        "publish failed; checkpointing",
+        extra={
+            "event_id": failed_entry.event_id,
+            "correlation_id": failed_entry.correlation_id,
+            "sequence_number": changes[stop].sequence_number,
+            "failures_by_code": result.failures_by_code,
+        },
+    )
+    return stop
 
 
 def _poison_record(change: StreamChange, exc: InvalidEnvelope) -> PoisonRecord:
@@ -137,10 +166,10 @@ def _park(record: PoisonRecord, sink: PoisonSink) -> bool:
     return True
 
 
-def _record_metrics(outcome: RelayOutcome, result: PublishResult) -> None:
+def _record_metrics(outcome: RelayOutcome) -> None:
     metrics.add_metric(name="EventsPublished", unit=MetricUnit.Count, value=len(outcome.published))
-    metrics.add_metric(name="PutEventsCalls", unit=MetricUnit.Count, value=result.calls)
-    for code, count in result.failures_by_code.items():
+    metrics.add_metric(name="PutEventsCalls", unit=MetricUnit.Count, value=outcome.put_events_calls)
+    for code, count in outcome.failures_by_code.items():
         metrics.add_metric(name=f"PublishFailed.{code}", unit=MetricUnit.Count, value=count)
     published_at = datetime.now(UTC)
     for entry in outcome.published[:100]:  # EMF holds at most 100 values per metric
