@@ -126,8 +126,9 @@ redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name>)
 redrive-poison: $(STAMP) ## republish records the relay parked, once they decode (STACK=<stack name>)
 	$(ADMIN) redrive-poison
 
-replay: $(STAMP) ## republish outbox events (STACK=, FROM= TO= or EVENT_ID=)
-	$(ADMIN) replay $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(EVENT_ID),--event-id $(EVENT_ID))
+replay: $(STAMP) ## republish outbox events (STACK=, FROM= TO= or EVENT_ID=; INCLUDE_EXPIRED=1 past expiresAt)
+	$(ADMIN) replay $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(EVENT_ID),--event-id $(EVENT_ID)) \
+	  $(if $(INCLUDE_EXPIRED),--include-expired)
 
 seed: $(STAMP) ## set stock levels from tools/local/seed.json (STACK=<stack name>)
 	$(ADMIN) seed --file tools/local/seed.json

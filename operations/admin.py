@@ -3,7 +3,7 @@
     python -m operations redrive --stack-name NAME            # or --queue-url/--bus
     python -m operations redrive-poison --stack-name NAME     # records the relay parked
     python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
-    python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...]
+    python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...] [--include-expired]
     python -m operations seed --stack-name NAME --file tools/local/seed.json
 
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
@@ -83,13 +83,18 @@ def _drain_queue(
             seen.add(message["MessageId"])
             try:
                 report = recover(json.loads(message["Body"]))
-            except (InvalidEnvelope, ValueError, KeyError, TypeError) as exc:
+            except (InvalidEnvelope, ValueError, KeyError, TypeError, RecursionError) as exc:
                 report = None
                 print(json.dumps({"messageId": message["MessageId"], "error": f"unreadable message: {exc}"}))
             except (ClientError, BotoCoreError) as exc:
                 # One message's AWS failure never stops the others; this one stays for a later run.
                 report = None
                 print(json.dumps({"messageId": message["MessageId"], "error": f"AWS call failed: {exc}"}))
+            except Exception as exc:  # noqa: BLE001
+                # Whatever a message holds, the others are still redriven; this one stays, named.
+                report = None
+                error = f"could not redrive: {type(exc).__name__}: {str(exc)[:500]}"
+                print(json.dumps({"messageId": message["MessageId"], "error": error}))
             if report is not None:
                 _print(report, messageId=message["MessageId"])
             if report is not None and report.complete:
@@ -125,9 +130,11 @@ def replay(args: argparse.Namespace) -> int:
     table = _resolve(args, "table", "OrdersTableName")
     recovery = _recovery(args)
     if args.event_id:
-        report = recovery.replay_events(table, args.event_id)
+        report = recovery.replay_events(table, args.event_id, include_expired=args.include_expired)
     elif args.start and args.end:
-        report = recovery.replay_window(table, parse_time(args.start), parse_time(args.end))
+        report = recovery.replay_window(
+            table, parse_time(args.start), parse_time(args.end), include_expired=args.include_expired
+        )
     else:
         raise SystemExit("error: give --event-id, or both --from and --to")
     _print(report, table=table)
@@ -169,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     p_replay.add_argument("--from", dest="start", help="RFC 3339 start of the window (inclusive)")
     p_replay.add_argument("--to", dest="end", help="RFC 3339 end of the window (inclusive)")
     p_replay.add_argument("--event-id", action="append", help="republish this event (repeatable)")
+    p_replay.add_argument(
+        "--include-expired",
+        action="store_true",
+        help="also republish events past their expiresAt, which consumers may no longer remember",
+    )
     p_replay.set_defaults(run=replay)
     p_seed = commands.add_parser("seed", help="set stock levels from a seed file")
     p_seed.add_argument("--table", help="default: stack output InventoryTableName")

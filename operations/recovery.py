@@ -13,7 +13,14 @@ accepted by PutEvents or parked as poison. Whatever cannot be shown is named in 
   GetRecords calls, and an empty page does not mean the end);
 - fewer outbox records in the range or window than the failed batch's `batchSize`;
 - keys BatchGetItem still left unprocessed after retries with backoff;
-- a batch or window older than the outbox TTL horizon, whose items DynamoDB may have deleted.
+- a batch or window older than the outbox TTL horizon, whose items DynamoDB may have deleted;
+- an entry EventBridge rejected (`MalformedDetail`, `InvalidArgument`): never counted as published;
+- an item past its `expiresAt`: the end of its republish window. DynamoDB "typically deletes expired
+  items within two days of expiration" and expired items "still show up in reads, queries, and scans"
+  until then (API reference, UpdateTimeToLive), so such an item may still be read, but the consumers'
+  memory of its event id is sized to the window, so republishing it could apply it twice (a customer
+  notified again). It is not republished unless the operator asks for it explicitly (replay
+  `--include-expired`).
 The operator command deletes a dead-letter message only when its report is complete.
 """
 
@@ -30,7 +37,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from shop.adapters import aws, keys
-from shop.adapters.outbox_items import decode_outbox_image, event_id_of_image, is_outbox_image
+from shop.adapters.outbox_items import (
+    decode_outbox_image,
+    event_id_of_image,
+    is_outbox_image,
+    outbox_expiry,
+)
 from shop.domain.envelope import now as utc_now
 from shop.domain.envelope import parse_time
 from shop.domain.errors import InvalidEnvelope
@@ -100,6 +112,7 @@ class RecoveryReport:
     published: int = 0
     unpublished: list[str] = field(default_factory=list)  # event ids still not on the bus
     poison: list[str] = field(default_factory=list)  # event ids parked in the poison queue
+    expired: list[str] = field(default_factory=list)  # event ids past expiresAt, not republished
     missing: list[str] = field(default_factory=list)  # what could not be found or shown, in words
 
     @property
@@ -251,6 +264,9 @@ class OutboxRecovery:
             if image is None:
                 report.missing.append(f"parked event {event_id} is no longer in {table} (deleted by TTL?)")
                 return report
+        if not isinstance(image, dict):
+            report.missing.append(f"parked event {event_id}: the message's item is not a DynamoDB item")
+            return report
         report.found = 1
         try:
             entry = decode_outbox_image(image, self._max_event_bytes)
@@ -259,9 +275,19 @@ class OutboxRecovery:
             report.missing.append(f"event {event_id} is still unpublishable: {exc.message} {exc.details}")
             return report
         result = self._publisher.publish_in_order([entry])
-        report.published = result.confirmed
-        if result.first_unpublished is not None:
+        report.published = result.published
+        if result.rejected:
+            code, message = result.rejected[0]
             report.unpublished.append(entry.event_id)
+            report.missing.append(
+                f"event {entry.event_id}: EventBridge still rejects it ({code}: {message}); fix the cause, "
+                "then redrive again"
+            )
+        elif result.first_unpublished is not None:
+            report.unpublished.append(entry.event_id)
+            report.missing.append(
+                f"event {entry.event_id} is not on the bus: PutEvents failed ({result.failures_by_code})"
+            )
         return report
 
     # --- replay ---------------------------------------------------------------------------------
@@ -269,7 +295,9 @@ class OutboxRecovery:
         """Items written before this may already be deleted by TTL."""
         return self._clock() - self._ttl
 
-    def replay_window(self, table: str, start: datetime, end: datetime) -> RecoveryReport:
+    def replay_window(
+        self, table: str, start: datetime, end: datetime, *, include_expired: bool = False
+    ) -> RecoveryReport:
         report = RecoveryReport(source="table")
         horizon = self._ttl_horizon()
         if start < horizon:
@@ -289,9 +317,12 @@ class OutboxRecovery:
                 ExpressionAttributeValues={":b": {"S": bucket}, ":low": {"S": low}, ":high": {"S": high}},
             ):
                 item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in page.get("Items", []))
-        return self._publish_images(self._get_items(table, item_keys, report), report, park_poison=False)
+        images = self._get_items(table, item_keys, report)
+        return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
 
-    def replay_events(self, table: str, event_ids: list[str]) -> RecoveryReport:
+    def replay_events(
+        self, table: str, event_ids: list[str], *, include_expired: bool = False
+    ) -> RecoveryReport:
         item_keys: list[dict[str, Any]] = []
         report = RecoveryReport(source="table", expected=len(event_ids))
         for event_id in event_ids:
@@ -304,7 +335,8 @@ class OutboxRecovery:
             if not items:
                 report.missing.append(f"event {event_id} is not in {table} (unknown, or deleted by TTL)")
             item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in items)
-        return self._publish_images(self._get_items(table, item_keys, report), report, park_poison=False)
+        images = self._get_items(table, item_keys, report)
+        return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
 
     def _get_items(
         self, table: str, item_keys: list[dict[str, Any]], report: RecoveryReport
@@ -336,9 +368,13 @@ class OutboxRecovery:
         *,
         park_poison: bool,
         stream_arn: str | None = None,
+        include_expired: bool = False,
     ) -> RecoveryReport:
         """Publish what decodes. Poison is parked when the relay cannot have parked it already (a
         dead-lettered batch); a replay of the table only names it, so replays never park it twice."""
+        report.found = len(images)
+        if not include_expired:
+            images = self._without_expired(images, report)
         entries: list[OutboxEntry] = []
         for image in images:
             try:
@@ -353,21 +389,30 @@ class OutboxRecovery:
                         f"event {event_id} cannot be published ({exc.message}): the relay parked it when it "
                         "first met it; fix it and use redrive-poison"
                     )
-        report.found = len(images)
         ordered = in_publish_order(entries)
         result = self._publisher.publish_in_order(ordered)
-        report.published = len(result.accepted_positions)
-        if result.first_unpublished is not None:
-            report.unpublished.extend(e.event_id for e in ordered[result.first_unpublished :])
+        report.published = result.published
+        stopped_at = len(ordered) if result.first_unpublished is None else result.first_unpublished
+        if stopped_at < len(ordered):
+            # Chunk-mates of the failed entry may be on the bus; everything else from there on is not.
+            accepted = set(result.accepted_positions)
+            not_sent = [e.event_id for p, e in enumerate(ordered) if p >= stopped_at and p not in accepted]
+            report.unpublished.extend(not_sent)
+            report.missing.append(
+                f"PutEvents failed at event {ordered[stopped_at].event_id} ({result.failures_by_code}): "
+                f"{len(not_sent)} events from there on were not republished"
+            )
         by_event_id = {event_id_of_image(image): image for image in images}
         for position, (code, message) in sorted(result.rejected.items()):
-            image = by_event_id[ordered[position].event_id]
+            if position >= stopped_at:
+                break  # already named among the unpublished
+            event_id = ordered[position].event_id
             refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
             if park_poison:
-                self._park(image, refused, report, stream_arn)
+                self._park(by_event_id[event_id], refused, report, stream_arn)
             else:
-                report.unpublished.append(ordered[position].event_id)
-                report.missing.append(f"event {ordered[position].event_id}: {refused.message} ({message})")
+                report.unpublished.append(event_id)
+                report.missing.append(f"event {event_id}: {refused.message} ({message})")
         logger.info(
             "outbox events republished",
             extra={
@@ -378,6 +423,24 @@ class OutboxRecovery:
             },
         )
         return report
+
+    def _without_expired(self, images: list[dict[str, Any]], report: RecoveryReport) -> list[dict[str, Any]]:
+        """Leave out items past their expiresAt, naming them in the report."""
+        now = self._clock().timestamp()
+        kept: list[dict[str, Any]] = []
+        for image in images:
+            expires_at = outbox_expiry(image)
+            if expires_at is not None and expires_at <= now:
+                report.expired.append(event_id_of_image(image))
+            else:
+                kept.append(image)
+        if report.expired:
+            report.missing.append(
+                f"{len(report.expired)} events are past their expiresAt (the end of their republish window: "
+                "consumers may no longer remember them, so republishing could apply them twice) and were not "
+                "republished; to republish them anyway, replay them with --include-expired"
+            )
+        return kept
 
     def _park(
         self, image: dict[str, Any], exc: InvalidEnvelope, report: RecoveryReport, stream_arn: str | None

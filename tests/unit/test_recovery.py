@@ -26,6 +26,7 @@ from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord
 from shop.runtime.config import Settings
+from tests.unit.fakes import FaultyEventBridge
 from tools.local.reader.template import Template
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
@@ -482,3 +483,222 @@ def test_an_aws_failure_on_one_message_keeps_it_and_the_command_goes_on(
     assert any('"error": "AWS call failed' in line for line in lines)
     assert json.loads(lines[-1]) == {"redriven": 1, "kept": 1}
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
+
+
+# --- against a bus that fails: nothing counted that is not on the bus, nothing deleted or parked again ------
+
+
+@pytest.fixture
+def failing_bus(bus: Any, monkeypatch: pytest.MonkeyPatch) -> FaultyEventBridge:
+    """The bus behind the project's fault-injecting EventBridge (tests/unit/fakes.py)."""
+    fake = FaultyEventBridge(boto3.client("events"))
+    monkeypatch.setattr(shop.adapters.aws, "events", lambda: fake)
+    return fake
+
+
+@pytest.fixture
+def day_after_t0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator commands read the clock: run them a day after the orders were placed."""
+    monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=1))
+
+
+def messages_in(queue_url: str) -> int:
+    attributes = boto3.client("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(
+        attributes["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def reports_printed(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    lines = capsys.readouterr().out.splitlines()
+    return [json.loads(line) for line in lines if line.startswith("{") and '"complete"' in line]
+
+
+BUS_FAILURES = [
+    pytest.param("fail_permanently", id="bus-fails-permanently"),
+    pytest.param("reject", id="bus-rejects-the-entry"),
+]
+
+
+def test_redrive_while_the_bus_fails_permanently_keeps_the_message_and_names_what_is_not_on_the_bus(
+    place_orders, failing_bus, bus, poison_queue, relay_dlq, template, capsys, day_after_t0
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    first, second = outbox_event_ids(records)
+    failing_bus.fail_permanently = {second}
+    queue_url = relay_dlq(failure_message(arn, shard, records[0], records[-1], 2))
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    assert code == 1
+    [report] = reports_printed(capsys)
+    assert (report["published"], report["unpublished"], report["complete"]) == (1, [second], False)
+    assert [e["detail"]["id"] for e in bus()] == [first]
+    assert messages_in(queue_url) == 1  # kept for the next run
+    assert poison_queue() == []  # a failing bus is not poison
+
+
+def test_redrive_parks_an_entry_the_bus_rejects_once_and_never_counts_it_published(
+    place_orders, failing_bus, bus, poison_queue, relay_dlq, template, capsys, day_after_t0
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    first, second = outbox_event_ids(records)
+    failing_bus.reject = {first}
+    queue_url = relay_dlq(failure_message(arn, shard, records[0], records[-1], 2))
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    # The relay never met these records past its checkpoint: the rejected one is parked as the relay
+    # would have, so every record is accounted for and the dead-letter message is done.
+    [report] = reports_printed(capsys)
+    assert (report["published"], report["poison"], report["complete"]) == (1, [first], True)
+    assert code == 0
+    assert [e["detail"]["id"] for e in bus()] == [second]
+    [parked] = poison_queue()
+    assert (parked["eventId"], parked["reason"]) == (first, "EventBridge rejected the entry: MalformedDetail")
+    assert messages_in(queue_url) == 0
+
+
+@pytest.mark.parametrize("failure", BUS_FAILURES)
+def test_redrive_poison_against_a_failing_bus_keeps_the_parked_message(
+    failing_bus, bus, poison_queue, template, capsys, failure
+):
+    image = outbox_image_of_new_order()
+    event_id = image["eventId"]["S"]
+    setattr(failing_bus, failure, {event_id})
+    poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
+    PoisonQueue(poison_url).park(PoisonRecord("1", event_id, "was unpublishable", image))
+
+    code = admin(template, "redrive-poison")
+
+    assert code == 1
+    [report] = reports_printed(capsys)
+    assert (report["published"], report["unpublished"], report["complete"]) == (0, [event_id], False)
+    assert bus() == []
+    # Still parked, once: not deleted, and not parked a second time
+    assert messages_in(poison_url) == 1
+
+
+@pytest.mark.parametrize("failure", BUS_FAILURES)
+@pytest.mark.parametrize("how", ["window", "event-id"])
+def test_replay_against_a_failing_bus_exits_1_naming_the_event_and_parks_nothing(
+    place_orders, failing_bus, bus, poison_queue, template, capsys, day_after_t0, failure, how
+):
+    place_orders(2)
+    _, _, records = stream_records(template)
+    first, second = outbox_event_ids(records)
+    setattr(failing_bus, failure, {first})
+    selection = (
+        ["--from", "2026-11-21T10:00:00Z", "--to", "2026-11-21T10:05:00Z"]
+        if how == "window"
+        else ["--event-id", first, "--event-id", second]
+    )
+
+    code = admin(template, "replay", "--table", template.physical_name("OrdersTable"), *selection)
+
+    assert code == 1
+    [report] = reports_printed(capsys)
+    assert (report["unpublished"], report["published"], report["complete"]) == ([first], 1, False)
+    assert [e["detail"]["id"] for e in bus()] == [second]  # another order's event, in the same call
+    assert poison_queue() == []  # the relay parks poison; a replay only names it
+
+
+def test_a_parked_record_eventbridge_still_rejects_is_not_published_and_says_why(
+    recovery, failing_bus, poison_queue, bus
+):
+    image = outbox_image_of_new_order()
+    failing_bus.reject = {image["eventId"]["S"]}
+    body = json.loads(poison_message_body(PoisonRecord("1", "e-1", "was unpublishable", image)))
+
+    report = recovery.redrive_parked(checked_poison_message(body))
+
+    assert (report.published, report.unpublished, report.complete) == (0, [image["eventId"]["S"]], False)
+    assert any("still rejects" in line and "MalformedDetail" in line for line in report.missing)
+
+
+def test_the_redrive_command_survives_any_message_and_redrives_the_others(
+    place_orders, bus, poison_queue, relay_dlq, template, capsys, day_after_t0
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    queue_url = relay_dlq(
+        "[" * 100_000,  # JSON nested past Python's recursion limit
+        {"DDBStreamBatchInfo": ["not", "a", "map"]},
+        failure_message(arn, shard, records[0], records[-1], 2),
+    )
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    assert code == 1
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"redriven": 1, "kept": 2}
+    assert messages_in(queue_url) == 2
+
+
+def test_redrive_parks_a_record_that_fails_to_decode_in_any_way(
+    place_orders, bus, poison_queue, relay_dlq, settings, template, capsys, day_after_t0
+):
+    place_orders(1)
+    deep = outbox_image_of_new_order()
+    deep["envelope"] = {"S": "[" * 100_000}
+    boto3.client("dynamodb").put_item(TableName=settings.orders_table_name, Item=deep)
+    arn, shard, records = stream_records(template)
+    queue_url = relay_dlq(failure_message(arn, shard, records[0], records[-1], 2))
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    assert code == 0
+    assert [p["eventId"] for p in poison_queue()] == [deep["eventId"]["S"]]
+    assert len(bus()) == 1
+
+
+# --- expiry: the republish window ends at expiresAt ---------------------------------------------------------
+
+
+def test_replay_by_event_id_refuses_an_event_past_its_expiry_unless_told_to(
+    place_orders, settings, template, poison_queue, bus
+):
+    place_orders(1)
+    _, _, records = stream_records(template)
+    [event_id] = outbox_event_ids(records)
+    table = template.physical_name("OrdersTable")
+    # An hour past expiresAt (written + OutboxTtlDays): DynamoDB may still hold it for days
+    later = recovery_at(settings, template, T0 + timedelta(days=settings.outbox_ttl_days, hours=1))
+
+    refused = later.replay_events(table, [event_id])
+    assert (refused.expired, refused.complete, bus()) == ([event_id], False, [])
+    assert any("--include-expired" in line for line in refused.missing)
+
+    forced = later.replay_events(table, [event_id], include_expired=True)
+    assert forced.complete
+    assert [e["detail"]["id"] for e in bus()] == [event_id]
+
+
+@pytest.fixture
+def two_day_outbox_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OUTBOX_TTL_DAYS", "2")
+
+
+def test_replay_of_a_window_leaves_out_items_past_their_own_expiry(
+    two_day_outbox_ttl, place_orders, template, poison_queue, bus, monkeypatch, capsys
+):
+    placed = place_orders(5)  # 10:00 .. 10:04 with a 2-day window: they expire 10:00 .. 10:04 two days later
+    # The window has since been raised to 16 days: each item's own expiresAt still ends its window
+    monkeypatch.setenv("OUTBOX_TTL_DAYS", "16")
+    monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=2, minutes=3))
+    table = template.physical_name("OrdersTable")
+    window = ["--from", "2026-11-21T10:00:00Z", "--to", "2026-11-21T10:05:00Z"]
+
+    code = admin(template, "replay", "--table", table, *window)
+
+    assert code == 1
+    [report] = reports_printed(capsys)
+    assert len(report["expired"]) == 4  # 10:00-10:03 are past expiry at 10:03 two days later
+    assert [e["detail"]["subject"] for e in bus()] == [placed[4]["orderId"]]
+
+    assert admin(template, "replay", "--table", table, *window, "--include-expired") == 0
+    assert len(bus()) == 5
