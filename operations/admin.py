@@ -15,6 +15,7 @@ what is missing, and the command exits 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -72,6 +73,7 @@ def _drain_queue(
     handled = 0
     kept = 0
     seen: set[str] = set()
+    kept_handles: list[str] = []
     while handled + kept < max_messages:
         messages = sqs.receive_message(
             QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=300
@@ -101,7 +103,13 @@ def _drain_queue(
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
                 handled += 1
             else:
-                kept += 1  # stays in the queue (visible again after the visibility timeout)
+                kept += 1  # stays in the queue
+                kept_handles.append(message["ReceiptHandle"])
+    # Kept messages are made visible again once the run is over (not during it: the run would read
+    # them again), so a run after the cause is fixed finds them at once, not 5 minutes later.
+    for handle in kept_handles:
+        with contextlib.suppress(ClientError, BotoCoreError):
+            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=handle, VisibilityTimeout=0)
     print(json.dumps({"redriven": handled, "kept": kept}))
     if kept:
         print(f"error: {kept} message(s) kept in {queue_url}: see their 'missing' above", file=sys.stderr)

@@ -1,12 +1,19 @@
 """The recovery scenarios (tools/chaos/recovery_scenarios.py), small, through the local stack:
-`python -m tools.chaos full-batch | stale-redrive | replay` run the same code at full size."""
+`python -m tools.chaos full-batch | stale-redrive | rejected-redrive | replay` run the same code at full
+size."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tools.chaos.harness import ChaosConfig
-from tools.chaos.recovery_scenarios import FullBatchPoison, StaleRedrive, render, replay_after_chaos
+from tools.chaos.recovery_scenarios import (
+    FullBatchPoison,
+    RejectedRedrive,
+    StaleRedrive,
+    render,
+    replay_after_chaos,
+)
 from tools.chaos.report import render as render_run
 from tools.local.services.emulators import LocalServices
 
@@ -35,6 +42,18 @@ def test_a_redrive_of_a_batch_older_than_the_outbox_ttl_exits_1_names_the_ttl_an
     assert "outbox TTL horizon" in figures["report"]["missing"][0]
     assert figures["relay_dlq_messages_after"] == 1
     assert figures["control_exit_code"] == 0  # inside the TTL, the same trimmed shard is redriven
+
+
+def test_redrive_poison_while_the_bus_still_refuses_the_record_keeps_it_and_after_the_fix_republishes_it(
+    local_services: LocalServices, tmp_path: Path
+):
+    report = RejectedRedrive(tmp_path, local_services).run()
+
+    assert report["passed"], render(report)
+    figures = report["figures"]
+    assert (figures["before_fix_exit_code"], figures["after_fix_exit_code"]) == (1, 0)
+    assert figures["before_fix_report"]["published"] == 0
+    assert figures["deliveries_of_the_refused_event"] == 1
 
 
 def test_a_2_day_replay_of_both_tables_after_a_chaos_run_repeats_no_effect_and_no_notification(

@@ -8,6 +8,7 @@ writes .chaos/fuzz.json.
 Recovery scenarios (tools/chaos/recovery_scenarios.py), each writes .chaos/<name>.json:
     `python -m tools.chaos full-batch`     one poison at position 3 of a full relay batch of 100
     `python -m tools.chaos stale-redrive`  redrive refuses a DLQ batch older than the outbox TTL
+    `python -m tools.chaos rejected-redrive` redrive-poison while the bus still refuses the record
     `python -m tools.chaos replay`         a chaos run (ORDERS=100), then a 2-day replay of both tables
 
 Settings from the environment, as the Makefile passes them:
@@ -101,6 +102,7 @@ def scenario(name: str) -> int:
         runner = {
             "full-batch": recovery_scenarios.FullBatchPoison,
             "stale-redrive": recovery_scenarios.StaleRedrive,
+            "rejected-redrive": recovery_scenarios.RejectedRedrive,
         }
         report = runner[name](DEFAULT_OUT_DIR).run()
     except (StartupError, RuntimeError, TimeoutError) as exc:
@@ -111,7 +113,7 @@ def scenario(name: str) -> int:
     return 0 if report["passed"] else 1
 
 
-SCENARIOS = ("full-batch", "stale-redrive", "replay")
+SCENARIOS = ("full-batch", "stale-redrive", "rejected-redrive", "replay")
 
 
 def main(argv: list[str]) -> int:

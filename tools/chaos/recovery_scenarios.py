@@ -1,4 +1,4 @@
-"""Three recovery scenarios against the local stack, each with a pass/fail expectation.
+"""Recovery scenarios against the local stack, each with a pass/fail expectation.
 
 - full-batch (`python -m tools.chaos full-batch`): 100 outbox items written to the orders table so that the
   relay receives them as ONE batch (the mapping's RelayBatchSize, 100), an undecodable one at position
@@ -22,6 +22,11 @@
   and nothing repeated: stock, orders, reservations and request keys unchanged item for item, no new
   outbox item, no new notification (SNS publishes counted per eventId from the topic's capture queue,
   as tools/chaos/check.py counts them), no new dead letter; every invariant of the run still holds.
+- rejected-redrive (`python -m tools.chaos rejected-redrive`): the bus refuses one of 3 outbox events
+  (tools/chaos/refusals.py, MalformedDetail); the relay parks it and publishes the 2 others. The real
+  `redrive-poison` command run while the bus still refuses it must exit 1, count nothing published, name
+  the refusal and keep the message; after the refusal is lifted, the same command republishes the event
+  once, deletes the message and exits 0.
 
 Each scenario returns a report: name, passed, checks (name -> bool), figures, problems (what failed).
 """
@@ -42,8 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from shop.adapters import keys
+from tools.chaos import refusals
 from tools.chaos.bus import BusCapture, queue_depth
-from tools.chaos.check import canonical_item, collect, evaluate
+from tools.chaos.check import canonical_item, collect, evaluate, parked_poison, read_dlq
 from tools.chaos.harness import ChaosConfig, Live, Run, relay_poison_queue
 from tools.chaos.isolation import parked_messages, probe_items, write_items
 from tools.local.pollers.event_sources import read_event_sources
@@ -52,6 +58,7 @@ from tools.local.services.emulators import FAKE_CREDENTIALS, LocalServices
 from tools.local.stack import LocalStack, StackOptions
 
 RELAY = "OutboxRelayFunction"
+REFUSALS_MODULE = Path(refusals.__file__)
 FULL_BATCH_WINDOW_SECONDS = 5
 _POLL_SECONDS = 0.5
 _ADMIN_TIMEOUT_SECONDS = 600.0
@@ -157,12 +164,15 @@ def admin_environment(stack: LocalStack) -> dict[str, str]:
     }
 
 
-def run_admin(stack: LocalStack, *arguments: str) -> AdminRun:
-    """`python -m operations` with the stack's bus and poison queue given explicitly (no --stack-name)."""
+def run_admin(
+    stack: LocalStack, *arguments: str, module: str = "operations", env: dict[str, str] | None = None
+) -> AdminRun:
+    """`python -m operations` with the stack's bus and poison queue given explicitly (no --stack-name);
+    `module` may be a wrapper that runs it (tools.chaos.refusals), with `env` added."""
     argv = [
         sys.executable,
         "-m",
-        "operations",
+        module,
         "--bus",
         stack.template.physical_name("EventBus"),
         "--poison-queue-url",
@@ -173,7 +183,7 @@ def run_admin(stack: LocalStack, *arguments: str) -> AdminRun:
     completed = subprocess.run(  # noqa: S603 - our own script, with our own interpreter
         argv,
         cwd=ROOT,
-        env=admin_environment(stack),
+        env={**admin_environment(stack), **(env or {})},
         capture_output=True,
         text=True,
         timeout=_ADMIN_TIMEOUT_SECONDS,
@@ -225,6 +235,7 @@ class _Scenario:
         parameters: dict[str, str] | None = None,
         functions: frozenset[str] = frozenset(),
         serve: bool = True,
+        function_environment: dict[str, str] | None = None,
     ) -> None:
         stack_name = self.name.replace("-", "")
         self.template = Template(
@@ -236,6 +247,7 @@ class _Scenario:
             seed_file=None,
             only_functions=functions,
             serve=serve,
+            function_environment=function_environment or {},
         )
         self.stack = LocalStack(self.template, options, services=services)
         self.outcome = Outcome(self.name)
@@ -431,6 +443,10 @@ class StaleRedrive(_Scenario):
             not bus.seen() and self._depth(self.poison_queue) == 0,
             f"{len(bus.seen())} events on the bus, {self._depth(self.poison_queue)} parked",
         )
+        # The kept message is visible again: an operator would now decide its fate. Out of the way of
+        # the control run, which must then be the only message and end with exit 0.
+        for message in sqs.receive_message(QueueUrl=dlq_url, MaxNumberOfMessages=10).get("Messages", []):
+            sqs.delete_message(QueueUrl=dlq_url, ReceiptHandle=message["ReceiptHandle"])
         self._control(bus, dlq_url, stream_arn, trimmed, recent.valid_ids)
 
     def _control(self, bus: BusCapture, dlq_url: str, stream_arn: str, trimmed: str, ids: set[str]) -> None:
@@ -457,10 +473,101 @@ class StaleRedrive(_Scenario):
             "control: a batch inside the TTL is redriven from the table, deleted, exit 0",
             result.returncode == 0
             and republished
-            and queue_depth(sqs, dlq_url) == 1  # the stale one, still there (invisible)
+            and queue_depth(sqs, dlq_url) == 0
             and (result.summary() or {}).get("redriven") == 1,
             f"exit {result.returncode}, on the bus {republished}, summary {result.summary()}, "
             f"stderr {result.stderr[-300:]}",
+        )
+
+
+# --- d. redrive-poison while EventBridge still refuses the record ----------------------------------------
+class RejectedRedrive(_Scenario):
+    """The bus refuses one event (tools.chaos.refusals: moto refuses nothing the relay sends). The relay
+    parks it and publishes its neighbours; `redrive-poison` run before the cause is fixed must keep the
+    message, exit 1 and put nothing on the bus; run after, it republishes the event once and deletes it."""
+
+    name = "rejected-redrive"
+    records = 3
+
+    def __init__(self, out_dir: Path, services: LocalServices | None = None) -> None:
+        self.refusals = out_dir / "rejected-redrive-refusals.txt"
+        super().__init__(
+            out_dir,
+            services,
+            functions=frozenset({RELAY}),
+            function_environment={
+                "LOCAL_WORKER_PRELOAD": str(REFUSALS_MODULE),
+                refusals.REFUSALS_ENV: str(self.refusals),
+            },
+        )
+        self.timeout = 60.0
+
+    def _redrive_poison(self) -> AdminRun:
+        return run_admin(
+            self.stack,
+            "redrive-poison",
+            "--max-messages",
+            "10",
+            module="tools.chaos.refusals",
+            env={refusals.REFUSALS_ENV: str(self.refusals)},
+        )
+
+    def _run(self, bus: BusCapture) -> None:
+        outcome, stack = self.outcome, self.stack
+        batch = probe_items(self.records, None, self.template)
+        refused = sorted(batch.valid_ids)[0]
+        others = batch.valid_ids - {refused}
+        self.refusals.write_text(refused + "\n")
+        write_items(stack, "OrdersTable", batch.items, one_by_one=True)
+        settled = _wait(lambda: others <= bus.seen() and self._depth(self.poison_queue) >= 1, self.timeout)
+        parked = [m for m in (parked_poison(b) for b in read_dlq(stack, self.poison_queue)) if m is not None]
+        outcome.check("the relay published the others and parked the refused one", settled)
+        outcome.check(
+            "parked: the refused event, with the bus's reason",
+            [m.get("eventId") for m in parked] == [refused]
+            and parked[0].get("reason") == "EventBridge rejected the entry: MalformedDetail",
+            json.dumps(parked)[:300],
+        )
+
+        still = self._redrive_poison()
+        [report] = still.reports() or [{}]
+        time.sleep(2 * _POLL_SECONDS)  # anything it put on the bus would be captured by now
+        outcome.figures.update(
+            refused_event=refused,
+            before_fix_exit_code=still.returncode,
+            before_fix_report=report,
+            poison_queue_after_first_run=self._depth(self.poison_queue),
+        )
+        outcome.check("before the fix: exit 1", still.returncode == 1, f"exit {still.returncode}")
+        outcome.check(
+            "before the fix: nothing counted published, the refusal named",
+            report.get("published") == 0
+            and report.get("unpublished") == [refused]
+            and "still rejects" in " ".join(report.get("missing", [])),
+            json.dumps(report)[:400],
+        )
+        outcome.check(
+            "before the fix: the message kept, once, and the event not on the bus",
+            self._depth(self.poison_queue) == 1 and refused not in bus.seen(),
+            f"{self._depth(self.poison_queue)} parked, on the bus {refused in bus.seen()}",
+        )
+
+        self.refusals.write_text("")  # the cause is fixed
+        fixed = self._redrive_poison()
+        on_bus = _wait(lambda: refused in bus.seen(), 30.0)
+        events = bus.snapshot()
+        outcome.figures.update(
+            after_fix_exit_code=fixed.returncode,
+            after_fix_reports=fixed.reports(),
+            deliveries_of_the_refused_event=events[refused].deliveries if refused in events else 0,
+        )
+        outcome.check(
+            "after the fix: exit 0, the event on the bus once, the message deleted",
+            fixed.returncode == 0
+            and on_bus
+            and events[refused].deliveries == 1
+            and self._depth(self.poison_queue) == 0,
+            f"exit {fixed.returncode}, stderr {fixed.stderr[-300:]}",
         )
 
 
