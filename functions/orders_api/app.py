@@ -145,7 +145,9 @@ class _MalformedJson(Exception):
 def _json_body() -> Any:
     try:
         return app.current_event.json_body
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError: malformed JSON, or an integer literal past Python's digit limit; RecursionError:
+        # nesting past the interpreter's limit. Each is the body's fault: 400, never 500.
         raise _MalformedJson from exc
 
 

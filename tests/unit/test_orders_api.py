@@ -150,6 +150,22 @@ def test_malformed_json_is_a_400_with_error_body(api, table_items):
     assert table_items() == []
 
 
+@pytest.mark.parametrize(
+    "body",
+    ["[" * 50_000, '{"customerId": "c-1", "currency": "EUR", "items": [], "n": ' + "9" * 5_000 + "}"],
+    ids=["nested-past-the-recursion-limit", "integer-past-the-digit-limit"],
+)
+def test_json_python_cannot_decode_is_a_400_not_a_500(api, table_items, body):
+    event = create_event()
+    event["body"] = body
+
+    response = api(event)
+
+    assert response["statusCode"] == 400
+    assert json_body(response)["error"]["code"] == "MALFORMED_JSON"
+    assert table_items() == []
+
+
 def test_invalid_fields_are_a_422_naming_each_field(api, table_items):
     response = api(load_event("api_create_order_invalid_fields.json"))
 

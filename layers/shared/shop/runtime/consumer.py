@@ -34,7 +34,7 @@ def cloud_event_from_sqs_body(body: str) -> CloudEvent:
     """The CloudEvent carried as `detail` of the EventBridge event that SQS received."""
     try:
         envelope = json.loads(body)
-    except (json.JSONDecodeError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:  # as CloudEvent.from_json: any decoding failure
         raise InvalidEnvelope("message body is not JSON") from exc
     if not isinstance(envelope, dict) or "detail" not in envelope:
         raise InvalidEnvelope("message body is not an EventBridge event")
