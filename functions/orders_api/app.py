@@ -26,7 +26,8 @@ from shop.domain.errors import (
     RequestInProgress,
     ServiceBusy,
 )
-from shop.domain.orders import ANONYMOUS_CALLER, OrderService
+from shop.domain.orders import OrderService
+from shop.domain.principals import idempotency_caller
 from shop.runtime.config import get_settings
 from shop.runtime.observability import logger, metrics, tracer
 from shop.runtime.wiring import orders as wiring
@@ -80,15 +81,21 @@ def correlation_id_of(event: dict[str, Any]) -> str:
 
 
 def caller_of(event: dict[str, Any]) -> str:
-    """Whose Idempotency-Key namespace a request uses: the IAM principal API Gateway authenticated
-    (AWS_IAM auth): its ARN, else its principal id, else its account. Without authorization
-    (ApiAuthType=NONE) there is no principal, and every caller shares ANONYMOUS_CALLER."""
+    """Whose Idempotency-Key namespace a request uses: the principal API Gateway authenticated (AWS_IAM
+    auth), stable across a role's sessions (shop.domain.principals). Without authorization
+    (ApiAuthType=NONE) there is no principal, and every caller shares one anonymous namespace."""
     identity = (event.get("requestContext") or {}).get("identity") or {}
-    for field in ("userArn", "caller", "accountId"):
-        value = identity.get(field)
-        if isinstance(value, str) and value:
-            return value
-    return ANONYMOUS_CALLER
+
+    def field(name: str) -> str | None:
+        value = identity.get(name)
+        return value if isinstance(value, str) and value else None
+
+    return idempotency_caller(
+        user_arn=field("userArn"),
+        caller=field("caller"),
+        account_id=field("accountId"),
+        cognito_identity_id=field("cognitoIdentityId"),
+    )
 
 
 def reject_unacceptable_body(event: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:

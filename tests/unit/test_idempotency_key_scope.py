@@ -1,4 +1,5 @@
-"""Idempotency-Key is scoped to the caller: one caller's key never reaches another caller's order."""
+"""Idempotency-Key is scoped to the caller: one caller's key never reaches another caller's order, and a
+role's sessions are one caller (docs/api.md, shop/domain/principals.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import boto3
 import pytest
 
 from shop.adapters import keys
-from shop.domain.orders import ANONYMOUS_CALLER
+from shop.domain.principals import ANONYMOUS_CALLER, idempotency_caller
 from tests.support import header, json_body, load_event, load_handler_module
 from tools.local.gateway.server import DEFAULT_LOCAL_CALLER, RouteTable, local_caller_arn, proxy_event
 from tools.local.pollers.event_sources import read_event_sources
@@ -18,7 +19,9 @@ from tools.local.reader.template import ACCOUNT, Template
 
 API = "OrdersApiFunction"
 ALICE = "arn:aws:iam::123456789012:user/alice"
-BOB = "arn:aws:iam::210987654321:assumed-role/Buyer/bob"
+BOB = "arn:aws:sts::210987654321:assumed-role/Buyer/bob"
+COGNITO_ROLE = "arn:aws:sts::123456789012:assumed-role/Cognito_Auth_Role"
+BUYER_ROLE = "arn:aws:sts::210987654321:assumed-role/Buyer"  # BOB's role, its session name stripped
 
 
 @pytest.fixture
@@ -62,7 +65,7 @@ def test_two_callers_with_the_same_key_and_body_get_two_orders(api, table_items)
     records = request_records(items)
     assert {r["PK"]["S"] for r in records} == {
         keys.request_key(ALICE, "shared-key-1")[keys.PK]["S"],
-        keys.request_key(BOB, "shared-key-1")[keys.PK]["S"],
+        keys.request_key(idempotency_caller(user_arn=BOB), "shared-key-1")[keys.PK]["S"],
     }
     assert {r["orderId"]["S"] for r in records} == {json_body(alice)["orderId"], json_body(bob)["orderId"]}
 
@@ -137,20 +140,90 @@ def test_request_keys_are_scoped_by_a_fixed_length_digest_of_the_caller():
     ("identity", "expected"),
     [
         ({"userArn": ALICE, "caller": "AIDAALICE", "accountId": "123456789012"}, ALICE),
-        ({"userArn": None, "caller": "AROABOB:bob", "accountId": "210987654321"}, "AROABOB:bob"),
+        ({"userArn": BOB, "caller": "AROABUYER:bob", "accountId": "210987654321"}, BUYER_ROLE),
+        (
+            {"userArn": f"{BUYER_ROLE}/i-0a1b2c3d4e5f", "caller": "AROABUYER:i-0a1b2c3d4e5f"},
+            BUYER_ROLE,
+        ),
+        (
+            {"userArn": "arn:aws-cn:sts::123456789012:assumed-role/Worker/task/with/slashes"},
+            "arn:aws-cn:sts::123456789012:assumed-role/Worker",
+        ),
+        (
+            {"userArn": "arn:aws:sts::123456789012:federated-user/carol", "caller": "123456789012:carol"},
+            "arn:aws:sts::123456789012:federated-user/carol",
+        ),
+        ({"userArn": "arn:aws:iam::123456789012:root"}, "arn:aws:iam::123456789012:root"),
+        (
+            {
+                "userArn": f"{COGNITO_ROLE}/CognitoIdentityCredentials",
+                "cognitoIdentityId": "us-east-1:0f2a",
+            },
+            f"{COGNITO_ROLE}#cognito:us-east-1:0f2a",
+        ),
+        ({"userArn": None, "caller": "AROABOB:bob", "accountId": "210987654321"}, "AROABOB"),
+        ({"userArn": None, "caller": "AIDAALICE", "accountId": "210987654321"}, "AIDAALICE"),
         ({"userArn": "", "caller": None, "accountId": "210987654321"}, "210987654321"),
         ({"userArn": None, "caller": None, "accountId": None, "sourceIp": "127.0.0.1"}, ANONYMOUS_CALLER),
         (None, ANONYMOUS_CALLER),
     ],
-    ids=["user-arn", "caller", "account", "no-principal", "no-identity"],
+    ids=[
+        "iam-user",
+        "role-session",
+        "another-session-of-the-role",
+        "session-name-with-slashes-other-partition",
+        "federated-user",
+        "root",
+        "cognito-identity",
+        "caller-of-a-role-session",
+        "caller-of-a-user",
+        "account",
+        "no-principal",
+        "no-identity",
+    ],
 )
-def test_caller_of_takes_the_iam_principal_from_the_request_context(template, identity, expected):
+def test_caller_of_takes_the_stable_iam_principal_from_the_request_context(template, identity, expected):
     app = load_handler_module(template.function(API))
     event = load_event("api_create_order.json")
     event["requestContext"]["identity"] = identity
 
     assert app.caller_of(event) == expected
     assert app.caller_of({"requestContext": None}) == ANONYMOUS_CALLER
+
+
+def test_a_worker_retrying_from_another_session_of_its_role_gets_its_order_replayed(api, table_items):
+    """The retry case Idempotency-Key exists for: the first try ran on one ECS task, the retry on
+    another (another role session name); one order, one OrderCreated."""
+    first = api(create_event(f"{BUYER_ROLE}/ecs-task-1111"))
+    retry = api(create_event(f"{BUYER_ROLE}/ecs-task-2222"))
+    refreshed = api(create_event(f"{BUYER_ROLE}/botocore-session-1732500000"))
+
+    assert first["statusCode"] == 201
+    assert header(retry, "Idempotent-Replayed") == header(refreshed, "Idempotent-Replayed") == "true"
+    assert json_body(retry)["orderId"] == json_body(refreshed)["orderId"] == json_body(first)["orderId"]
+    items = table_items()
+    assert len([item for item in items if item["SK"]["S"].startswith("OUTBOX#")]) == 1
+    assert [record["PK"] for record in request_records(items)] == [
+        keys.request_key(BUYER_ROLE, "shared-key-1")[keys.PK]
+    ]
+
+
+def test_two_roles_of_one_account_keep_their_keys_apart(api):
+    buyer = api(create_event("arn:aws:sts::210987654321:assumed-role/Buyer/task-1"))
+    seller = api(create_event("arn:aws:sts::210987654321:assumed-role/Seller/task-1"))
+
+    assert buyer["statusCode"] == seller["statusCode"] == 201
+    assert json_body(buyer)["orderId"] != json_body(seller)["orderId"]
+
+
+def test_cognito_identities_behind_one_role_keep_their_keys_apart():
+    role_session = f"{COGNITO_ROLE}/CognitoIdentityCredentials"
+
+    one = idempotency_caller(user_arn=role_session, cognito_identity_id="us-east-1:aaaa")
+    other = idempotency_caller(user_arn=role_session, cognito_identity_id="us-east-1:bbbb")
+
+    assert one != other
+    assert one == idempotency_caller(user_arn=role_session, cognito_identity_id="us-east-1:aaaa")
 
 
 def local_event(template: Template, extra_headers: list[tuple[str, str]]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from shop.domain.errors import (
     RequestInProgress,
 )
 from shop.domain.outbox import ensure_publishable
+from shop.domain.principals import ANONYMOUS_CALLER
 
 if TYPE_CHECKING:  # the event data declarations are for type checking and docs; 1.7 ms to import
     from shop.domain.event_types import OrderData, OrderItemData
@@ -33,9 +34,6 @@ ORDER_REJECTED = "OrderRejected"
 # plus the reservation and its outbox item leaves room for 98 lines.
 MAX_LINES = 98
 _CANCEL_ATTEMPTS = 3
-# The caller of a request that carries no authenticated principal (an API with ApiAuthType=NONE):
-# all such callers share this one Idempotency-Key namespace.
-ANONYMOUS_CALLER = "anonymous"
 
 
 class OrderStatus(StrEnum):
