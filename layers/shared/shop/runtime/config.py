@@ -50,6 +50,9 @@ class Settings:
     request_key_ttl_hours: int
     outbox_time_shards: int
     stage: str
+    # Lambda sets it; Powertools' idempotency falls back to "test-func" outside Lambda, and so do we
+    # (runtime.consumer derives the consumers' pinned idempotency key prefix from it).
+    function_name: str = "test-func"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -66,6 +69,7 @@ class Settings:
             request_key_ttl_hours=_int(env, "REQUEST_KEY_TTL_HOURS", 24),
             outbox_time_shards=_int(env, "OUTBOX_TIME_SHARDS", 8),
             stage=env.get("STAGE", "dev"),
+            function_name=env.get("AWS_LAMBDA_FUNCTION_NAME") or "test-func",
         )
 
     @property

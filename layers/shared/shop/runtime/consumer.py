@@ -76,6 +76,18 @@ def _count_duplicate(response: Any, idempotent_data: DataRecord) -> Any:
 
 _PER_MESSAGE_KEYS = ("correlation_id", "causation_id", "event_type")
 
+# Powertools names an idempotency record "<function name>.<module>.<qualified name>#<hash of the key>"
+# unless given a key_prefix, so moving or renaming the decorated function would silently discard every
+# consumer's dedupe history (each redelivery inside the window applied again). The prefix is pinned to
+# the value Powertools derived for this code before the pin, so records written before it still match.
+# The function name stays in it: consumers that share the table and an event (OrderCancelled reaches
+# inventory and notification) must keep separate records.
+IDEMPOTENCY_KEY_SUFFIX = "shop.runtime.consumer.IdempotentConsumer.__init__.<locals>.apply_once"
+
+
+def idempotency_key_prefix(settings: Settings) -> str:
+    return f"{settings.function_name}.{IDEMPOTENCY_KEY_SUFFIX}"
+
 
 class IdempotentConsumer:
     """Applies CloudEvents through `effect` at most once per event id."""
@@ -92,7 +104,10 @@ class IdempotentConsumer:
         )
 
         @idempotent_function(  # type: ignore[untyped-decorator]  # Powertools' decorator is untyped
-            data_keyword_argument="event", persistence_store=persistence, config=self.config
+            data_keyword_argument="event",
+            persistence_store=persistence,
+            config=self.config,
+            key_prefix=idempotency_key_prefix(settings),
         )
         def apply_once(event: dict[str, Any]) -> dict[str, str]:
             cloud_event = CloudEvent.from_dict(event)
