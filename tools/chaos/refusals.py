@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,6 @@ def install(environ: dict[str, str] | None = None) -> bool:
 INSTALLED = install()
 
 if __name__ == "__main__":
-    from operations.admin import main
-
-    sys.exit(main(sys.argv[1:]))
+    # Exactly `python -m operations ...` (its __main__ puts the shared layer on the path), with PutEvents
+    # wrapped above.
+    runpy.run_module("operations", run_name="__main__", alter_sys=True)
