@@ -28,6 +28,7 @@ from shop.domain.errors import (
 )
 from shop.domain.orders import OrderService
 from shop.domain.principals import idempotency_caller
+from shop.runtime import invocation
 from shop.runtime.config import get_settings
 from shop.runtime.observability import logger, metrics, tracer
 from shop.runtime.wiring import orders as wiring
@@ -238,6 +239,7 @@ def _with_correlation_header(response: dict[str, Any], correlation_id: str) -> d
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation.begin(context)  # the order store's retries stop short of this invocation's timeout
     correlation_id = correlation_id_of(event)
     logger.set_correlation_id(correlation_id)
     tracer.put_annotation("correlation_id", correlation_id)

@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
+import shop.adapters.aws
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.envelope import CloudEvent
@@ -205,6 +206,44 @@ def test_missing_stock_rejects_the_whole_order(invoke, inventory, template):
     [rejected] = outbox(template, "InventoryTable")
     assert rejected["type"] == "InventoryRejected"
     assert rejected["data"]["shortSkus"] == ["SKU-RED-MUG"]
+
+
+def test_a_hot_sku_conflicting_with_other_reservations_still_reserves_without_a_failed_receive(
+    invoke, inventory, template, monkeypatch
+):
+    """Many orders on one SKU at once: DynamoDB cancels all but one of the overlapping transactions
+    (TransactionConflict). The consumer retries in-process, so the message does not fail and burn one
+    of its maxReceiveCount receives per conflict (after 5 it would be dead-lettered, the order PENDING)."""
+    real_client = shop.adapters.aws.dynamodb
+    conflicts = {"left": 4}
+
+    class Contended:
+        """The real client, but the next transactions are cancelled by overlapping ones."""
+
+        def __init__(self) -> None:
+            self.client = real_client()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+        def transact_write_items(self, **kwargs: Any) -> Any:
+            if conflicts["left"]:
+                conflicts["left"] -= 1
+                reasons = [{"Code": "None"}] * (len(kwargs["TransactItems"]) - 1)
+                response: Any = {
+                    "Error": {"Code": "TransactionCanceledException"},
+                    "CancellationReasons": [*reasons, {"Code": "TransactionConflict"}],
+                }
+                raise self.client.exceptions.TransactionCanceledException(response, "TransactWriteItems")
+            return self.client.transact_write_items(**kwargs)
+
+    monkeypatch.setattr(shop.adapters.aws, "dynamodb", Contended)
+
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
+
+    assert conflicts["left"] == 0
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (8, 4)
+    assert [event["type"] for event in outbox(template, "InventoryTable")] == ["InventoryReserved"]
 
 
 def test_cancel_releases_what_was_reserved(invoke, inventory, template):

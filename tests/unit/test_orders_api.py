@@ -12,6 +12,7 @@ import pytest
 from botocore.stub import Stubber
 
 import shop.adapters.aws
+import shop.adapters.dynamo
 from tests.support import header, json_body, load_event
 from tools.local.reader.template import Template
 
@@ -288,9 +289,10 @@ def test_cancelling_a_rejected_order_is_a_409(api, table_items):
     assert [e["type"] for e in outbox_envelopes(table_items())] == ["OrderCreated"]
 
 
-def test_throttled_write_is_a_503_with_retry_after(api, table_items):
+def test_throttled_write_is_a_503_with_retry_after(api, table_items, monkeypatch):
     api(create_event(key="warm-up"))  # builds the cached client the stub attaches to
     before = table_items()
+    monkeypatch.setattr(shop.adapters.dynamo, "MAX_RETRY_SECONDS", 0.0)  # throttled past the retry budget
     with Stubber(shop.adapters.aws.dynamodb()) as stub:
         stub.add_client_error("transact_write_items", service_error_code="ThrottlingException")
 

@@ -7,7 +7,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from shop.adapters import aws, keys
-from shop.adapters.dynamo import cancellation_codes, raise_if_throttled
+from shop.adapters.dynamo import (
+    SecondsLeft,
+    cancellation_codes,
+    raise_if_throttled,
+    transact_write_items,
+    unbounded,
+)
 from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_item
 from shop.domain.envelope import CloudEvent
 from shop.domain.inventory import InsufficientStock, Reservation, ReservationChanged, ReservationStatus
@@ -41,10 +47,17 @@ def _reservation_from_item(item: dict[str, Any]) -> Reservation:
 
 
 class DynamoInventoryRepository:
-    def __init__(self, settings: OutboxSettings, *, trace_header: TraceHeader = no_trace_header) -> None:
+    def __init__(
+        self,
+        settings: OutboxSettings,
+        *,
+        trace_header: TraceHeader = no_trace_header,
+        seconds_left: SecondsLeft = unbounded,
+    ) -> None:
         self._settings = settings
         self._table = settings.require("inventory_table_name")
         self._trace_header = trace_header
+        self._seconds_left = seconds_left
 
     def _outbox_put(self, order_id: str, event: CloudEvent) -> dict[str, Any]:
         item = outbox_item(
@@ -112,9 +125,8 @@ class DynamoInventoryRepository:
         an event, or announce a reservation that holds no stock.
         """
         try:
-            aws.dynamodb().transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+            transact_write_items(actions, seconds_left=self._seconds_left)
         except ClientError as exc:
-            raise_if_throttled(exc)
             codes = cancellation_codes(exc)
             if not codes:
                 raise
@@ -142,7 +154,9 @@ class DynamoInventoryRepository:
         codes = self._transact(actions, reservation_index=0)
         if codes:
             short = [
-                sku for (sku, _), code in zip(reservation.lines, codes[2:], strict=True) if code != "None"
+                sku
+                for (sku, _), code in zip(reservation.lines, codes[2:], strict=True)
+                if code == "ConditionalCheckFailed"
             ]
             raise InsufficientStock(short)
 

@@ -9,7 +9,14 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from shop.adapters import aws, keys
-from shop.adapters.dynamo import cancellation_codes, error_code, raise_if_throttled
+from shop.adapters.dynamo import (
+    SecondsLeft,
+    cancellation_codes,
+    error_code,
+    raise_if_throttled,
+    transact_write_items,
+    unbounded,
+)
 from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_item
 from shop.domain.envelope import CloudEvent
 from shop.domain.orders import (
@@ -76,10 +83,17 @@ class OrderTableSettings(OutboxSettings, Protocol):
 
 
 class DynamoOrderRepository:
-    def __init__(self, settings: OrderTableSettings, *, trace_header: TraceHeader = no_trace_header) -> None:
+    def __init__(
+        self,
+        settings: OrderTableSettings,
+        *,
+        trace_header: TraceHeader = no_trace_header,
+        seconds_left: SecondsLeft = unbounded,
+    ) -> None:
         self._settings = settings
         self._table = settings.require("orders_table_name")
         self._trace_header = trace_header
+        self._seconds_left = seconds_left
 
     def _outbox_put(self, order: Order, event: CloudEvent) -> dict[str, Any]:
         item = outbox_item(
@@ -126,9 +140,8 @@ class DynamoOrderRepository:
         # A transaction (2 units per KB per item): the order, its event and its key commit together, or
         # nothing does (no phantom event, one order per key). Costs: docs/performance.md.
         try:
-            aws.dynamodb().transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+            transact_write_items(actions, seconds_left=self._seconds_left)
         except ClientError as exc:
-            raise_if_throttled(exc)
             codes = cancellation_codes(exc)
             if request is not None and len(codes) == 3 and codes[2] == "ConditionalCheckFailed":
                 raise RequestKeyTaken(request.idempotency_key) from exc
@@ -182,11 +195,8 @@ class DynamoOrderRepository:
         }
         # A transaction: the version-checked transition and its event commit together, or neither does.
         try:
-            aws.dynamodb().transact_write_items(
-                TransactItems=[update, self._outbox_put(order, event)]  # type: ignore[list-item]
-            )
+            transact_write_items([update, self._outbox_put(order, event)], seconds_left=self._seconds_left)
         except ClientError as exc:
-            raise_if_throttled(exc)
             codes = cancellation_codes(exc)
             if (
                 error_code(exc) == "TransactionCanceledException"

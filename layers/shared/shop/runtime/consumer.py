@@ -26,6 +26,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shop.adapters import aws
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import InvalidEnvelope
+from shop.runtime import invocation
 from shop.runtime.config import Settings
 from shop.runtime.observability import logger, metrics
 
@@ -135,6 +136,7 @@ def consume_sqs_batch(
     """Process an SQS batch; the response names only the messages that failed."""
     # An IN_PROGRESS record left by a crashed invocation expires with that invocation's deadline.
     consumer.config.register_lambda_context(context)
+    invocation.begin(context)  # the repositories' retries stop short of this invocation's timeout
     response = process_partial_response(
         event=event, record_handler=consumer.handle_record, processor=processor, context=context
     )
