@@ -200,10 +200,11 @@ mutation: $(STAMP) ## mutmut over the guarantee-bearing modules; fails when surv
 
 # --- recovery scenarios (tools/chaos/recovery_scenarios.py) -------------------------------------------------
 .PHONY: chaos-scenarios
-chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redrive older than the TTL, redrive-poison while the bus refuses, a 2-day replay after a chaos run (ORDERS=100) -> .chaos/<name>.json
+chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redrive older than the TTL, redrive-poison while the bus refuses, 100 orders on one hot SKU, a 2-day replay after a chaos run (ORDERS=100) -> .chaos/<name>.json
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos full-batch
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos stale-redrive
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos rejected-redrive
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos hot-sku
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos replay
 
 # --- generated docs (tools/docs) -----------------------------------------------------------------------

@@ -9,6 +9,7 @@ Recovery scenarios (tools/chaos/recovery_scenarios.py), each writes .chaos/<name
     `python -m tools.chaos full-batch`     one poison at position 3 of a full relay batch of 100
     `python -m tools.chaos stale-redrive`  redrive refuses a DLQ batch older than the outbox TTL
     `python -m tools.chaos rejected-redrive` redrive-poison while the bus still refuses the record
+    `python -m tools.chaos hot-sku`        a chaos run (ORDERS=100) on one SKU, its transactions in conflict
     `python -m tools.chaos replay`         a chaos run (ORDERS=100), then a 2-day replay of both tables
 
 Settings from the environment, as the Makefile passes them:
@@ -94,6 +95,11 @@ def _write(name: str, report: dict[str, Any]) -> None:
 def scenario(name: str) -> int:
     """One recovery scenario: 0 when its expectation holds, 1 when not, 2 when it could not be made."""
     try:
+        if name == "hot-sku":
+            report = recovery_scenarios.hot_sku(config_from_env(orders=100))
+            _write(name, report)
+            print(render(report))
+            return 0 if report["passed"] else 1
         if name == "replay":
             report = recovery_scenarios.replay_after_chaos(config_from_env(orders=100))
             _write(name, report)
@@ -113,7 +119,7 @@ def scenario(name: str) -> int:
     return 0 if report["passed"] else 1
 
 
-SCENARIOS = ("full-batch", "stale-redrive", "rejected-redrive", "replay")
+SCENARIOS = ("full-batch", "stale-redrive", "rejected-redrive", "hot-sku", "replay")
 
 
 def main(argv: list[str]) -> int:

@@ -34,7 +34,12 @@ class Stock:
     initial: dict[str, int]
 
 
-def stock_for(orders: int) -> Stock:
+HOT_SKU = "SKU-CHAOS-HOT"
+
+
+def stock_for(orders: int, *, hot_sku: bool = False) -> Stock:
+    if hot_sku:  # every order on one SKU: every reservation writes the same stock item
+        return Stock((HOT_SKU,), (), {HOT_SKU: 1_000_000})
     plenty = tuple(f"SKU-CHAOS-{i}" for i in range(6))
     scarce = tuple(f"SKU-CHAOS-SCARCE-{i}" for i in range(3))
     # A quarter of the orders ask a scarce SKU for 1-2 units; it holds about a third of that demand.
@@ -56,9 +61,9 @@ def scripts(orders: int, seed: int, stock: Stock) -> list[OrderScript]:
     rng = seeded_rng(seed, "driver")
     out = []
     for index in range(orders):
-        skus = rng.sample(stock.plenty, rng.randint(1, 2))
+        skus = rng.sample(stock.plenty, min(len(stock.plenty), rng.randint(1, 2)))
         items = [{"sku": s, "quantity": rng.randint(1, 3), "unitPrice": rng.randint(1, 5000)} for s in skus]
-        if rng.random() < 0.25:
+        if rng.random() < 0.25 and stock.scarce:
             items.append({"sku": rng.choice(stock.scarce), "quantity": rng.randint(1, 2), "unitPrice": 999})
         roll = rng.random()
         cancel = "now" if roll < 0.08 else "later" if roll < 0.16 else None

@@ -49,6 +49,7 @@ from tools.chaos.plan import (
     API_STALE_CANCEL,
     API_THROTTLE,
     CONSUMER,
+    CONSUMER_CONFLICT,
     CONSUMER_TIMEOUT,
     CRASH_AFTER_COMPLETE,
     CRASH_AFTER_PUBLISH,
@@ -125,6 +126,15 @@ class FunctionState:
     def counts(self) -> dict[str, int]:
         with self._locked() as state:
             return dict(state["counts"])
+
+    def tally(self, kind: str, cap: int) -> bool:
+        """Count one fault of `kind` that marks no id (it may strike the same message again)."""
+        with self._locked() as state:
+            counts: dict[str, int] = state["counts"]
+            if counts.get(kind, 0) >= cap:
+                return False
+            counts[kind] = counts.get(kind, 0) + 1
+            return True
 
     def claim(self, kind: str, ids: list[str], cap: int) -> bool:
         """Reserve one fault of `kind` on `ids`: refused past the cap or if any id was faulted before."""
@@ -272,6 +282,7 @@ class Injector:
         if role == CONSUMER and service == "dynamodb" and operation == "TransactWriteItems":
             tables = {next(iter(action.values())).get("TableName") for action in params["TransactItems"]}
             if tables & set(self.plan.business_tables):
+                self._maybe_conflict(operation, params)
                 return self._effect(original, client, operation, params, CRASH_AFTER_WRITE)
         if role == NOTIFIER and service == "sns" and operation == "Publish":
             self._watch_lost_responses(client)
@@ -434,6 +445,24 @@ class Injector:
         if any(count > self.plan.max_receive_count - 2 for count in self.batch.receive_counts()):
             return None
         return event_id, message_id
+
+    def _maybe_conflict(self, operation: str, params: dict[str, Any]) -> None:
+        """Each attempt of the business transaction may be cancelled by an overlapping one, as on a hot
+        item in AWS, whatever happened to the attempts before it (the consumer must ride it out)."""
+        fault = self.spec.faults.get(CONSUMER_CONFLICT)
+        if fault is None or self.rng.random() >= fault.probability:
+            return
+        if not self.state.tally(CONSUMER_CONFLICT, fault.cap):
+            return
+        event_id, message_id = self.batch.current_ids() if self.batch else (None, None)
+        self._record(CONSUMER_CONFLICT, operation, event_ids=[event_id], message_id=message_id)
+        reasons = [{"Code": "None"} for _ in params["TransactItems"][1:]]
+        raise _client_error(
+            "TransactionCanceledException",
+            "Transaction cancelled [TransactionConflict]",
+            operation,
+            CancellationReasons=[{"Code": "TransactionConflict", "Message": "chaos: hot item"}, *reasons],
+        )
 
     def _effect(
         self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any], after: str

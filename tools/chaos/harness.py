@@ -41,6 +41,7 @@ from tools.chaos.plan import (
     API_THROTTLE,
     API_TIMEOUT_AFTER_COMMIT,
     CONSUMER,
+    CONSUMER_CONFLICT,
     CONSUMER_TIMEOUT,
     CRASH_AFTER_COMPLETE,
     CRASH_AFTER_PUBLISH,
@@ -97,6 +98,9 @@ class ChaosConfig:
     # The relay's batches per shard at once (None: the template's). Above 1, AWS keeps order per item
     # only: one order's events may be published out of order, and the invariants must still hold.
     parallelization_factor: int | None = None
+    # Every order on one SKU, and each consumer's business transaction cancelled for TransactionConflict
+    # at HOT_SKU_CONFLICT_PROBABILITY per attempt (make chaos-scenarios: hot-sku).
+    hot_sku: bool = False
     duplicate_id_prefixes: int = 1  # of 16 hex digits: the share of each consumer's events sent twice
     out_dir: Path = DEFAULT_OUT_DIR
     stack_name: str = "chaos"
@@ -107,6 +111,11 @@ class ChaosConfig:
         if self.drain_timeout_seconds is not None:
             return self.drain_timeout_seconds
         return max(240.0, self.orders * 0.6)
+
+
+# Each attempt: P(5 conflicts in a row) = 0.6**5 = 8 %, so without in-process retries about one message
+# in twelve would use up its 5 receives and be dead-lettered, its order left PENDING.
+HOT_SKU_CONFLICT_PROBABILITY = 0.6
 
 
 def _cap(orders: int, per: int, most: int) -> int:
@@ -123,7 +132,11 @@ def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Pat
         CRASH_AFTER_WRITE: spec(0.01, _cap(n, 100, 20)),
         CRASH_AFTER_COMPLETE: spec(0.01, _cap(n, 100, 20)),
     }
+    if config.hot_sku:
+        # Far more conflicts than maxReceiveCount per message would be allowed as failed receives.
+        consumer[CONSUMER_CONFLICT] = spec(HOT_SKU_CONFLICT_PROBABILITY, 100 * n)
     notifier = {**consumer, CRASH_AFTER_PUBLISH: spec(0.01, _cap(n, 100, 20))}
+    notifier.pop(CONSUMER_CONFLICT, None)  # SNS Publish is no transaction
     del notifier[CRASH_AFTER_WRITE]
     faults: dict[str, dict[str, FaultSpec]] = {
         API: {
@@ -254,7 +267,7 @@ class Run:
         self.ledger = Ledger(self.run_dir / "ledger.jsonl")
         self.template = chaos_template(config)
         self.plan = fault_plan(config, self.template, self.ledger.path, self.run_dir / "state")
-        self.stock = stock_for(config.orders)
+        self.stock = stock_for(config.orders, hot_sku=config.hot_sku)
         seed_file = self.run_dir / "seed.json"
         seed_file.write_text(
             json.dumps({"stock": [{"sku": s, "available": n} for s, n in self.stock.initial.items()]})
@@ -289,6 +302,23 @@ class Run:
             print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
     # --- the run --------------------------------------------------------------------------------
+    def _hot_sku_figures(self, injected: list[dict[str, Any]]) -> dict[str, Any]:
+        """How hard the hot item was hit: conflicts per event (each would have been a failed receive)."""
+        per_event = Counter(
+            entry["event_ids"][0]
+            for entry in injected
+            if entry["kind"] == CONSUMER_CONFLICT and entry["event_ids"]
+        )
+        return {
+            "conflicts": sum(per_event.values()),
+            "events_conflicted": len(per_event),
+            "most_conflicts_on_one_event": max(per_event.values(), default=0),
+            "events_conflicted_at_least_max_receive_count": sum(
+                1 for n in per_event.values() if n >= self.plan.max_receive_count
+            ),
+            "max_receive_count": self.plan.max_receive_count,
+        }
+
     def execute(self) -> dict[str, Any]:
         began = time.monotonic()
         self.say(f"seed {self.config.seed}, {self.config.orders} orders; run directory {self.run_dir}")
@@ -561,6 +591,7 @@ class Run:
                 "duplicates_delivered_to_consumers": duplicator.sent,
             },
             "faults": dict(sorted(faults.items())),
+            **({"hot_sku": self._hot_sku_figures(injected)} if self.config.hot_sku else {}),
             "faults_by_function": {f: dict(sorted(c.items())) for f, c in sorted(by_function.items())},
             "function_errors": {f"{f} {t}": n for (f, t), n in sorted(self.function_errors.items())},
             "uninjected_deaths": {f: n for f in sorted(ROLES) if (n := evidence.uninjected_deaths(f))},

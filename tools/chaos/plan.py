@@ -32,6 +32,10 @@ CRASH_BEFORE_WRITE = "consumer.crash_before_write"
 CRASH_AFTER_WRITE = "consumer.crash_after_write"
 CRASH_AFTER_COMPLETE = "consumer.crash_after_complete"
 CONSUMER_TIMEOUT = "consumer.timeout"
+# The hot-SKU scenario only: a consumer's business transaction cancelled for TransactionConflict, as AWS
+# cancels transactions that overlap on one item. DynamoDB Local never does (it serialises them: 800
+# concurrent transactions on one item, 8 threads, 0 conflicts), so the contention is injected.
+CONSUMER_CONFLICT = "consumer.transaction_conflict"
 CRASH_AFTER_PUBLISH = "notification.crash_after_publish"
 # Not injected: observed. A Publish whose response was lost (the SDK retries it, or the message is
 # retried) may have reached the topic: the same window as CRASH_AFTER_PUBLISH, opened by the machine.
