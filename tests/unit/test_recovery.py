@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -225,7 +226,7 @@ def test_redrive_command_empties_the_dead_letter_queue(
     assert code == 1  # the malformed message is kept and reported
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary == {"redriven": 1, "kept": 1}
+    assert summary == {"redriven": 1, "kept": 1, "parked": []}
 
 
 # --- nothing is claimed that was not done ---------------------------------------------------------------
@@ -478,7 +479,7 @@ def test_an_aws_failure_on_one_message_keeps_it_and_the_command_goes_on(
     assert code == 1
     lines = capsys.readouterr().out.splitlines()
     assert any('"error": "AWS call failed' in line for line in lines)
-    assert json.loads(lines[-1]) == {"redriven": 1, "kept": 1}
+    assert json.loads(lines[-1]) == {"redriven": 1, "kept": 1, "parked": []}
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
 
 
@@ -515,9 +516,30 @@ def visible_in(queue_url: str) -> int:
     return int(attributes["ApproximateNumberOfMessages"])
 
 
+@dataclass(frozen=True)
+class Printed:
+    """What an operator command printed: its reports, its closing summary line, its stderr."""
+
+    reports: list[dict[str, Any]]
+    summary: dict[str, Any] | None  # {"redriven", "kept", "parked"} of the queue commands
+    err: str
+
+
+def printed(capsys: pytest.CaptureFixture[str]) -> Printed:
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    summaries = [line for line in lines if "redriven" in line]
+    return Printed([line for line in lines if "complete" in line], summaries[-1] if summaries else None, err)
+
+
 def reports_printed(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
-    lines = capsys.readouterr().out.splitlines()
-    return [json.loads(line) for line in lines if line.startswith("{") and '"complete"' in line]
+    return printed(capsys).reports
+
+
+def outbox_items(table: str) -> dict[str, dict[str, Any]]:
+    """The outbox items of a table, by event id, as stored."""
+    items = boto3.client("dynamodb").scan(TableName=table)["Items"]
+    return {i["eventId"]["S"]: i for i in items if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX)}
 
 
 BUS_FAILURES = [
@@ -545,8 +567,8 @@ def test_redrive_while_the_bus_fails_permanently_keeps_the_message_and_names_wha
     assert poison_queue() == []  # a failing bus is not poison
 
 
-def test_redrive_parks_an_entry_the_bus_rejects_once_and_never_counts_it_published(
-    place_orders, failing_bus, bus, poison_queue, relay_dlq, template, capsys, day_after_t0
+def test_redrive_parks_an_entry_the_bus_rejects_whole_deletes_its_message_and_exits_1_naming_it(
+    place_orders, failing_bus, bus, poison_queue, relay_dlq, settings, template, capsys, day_after_t0
 ):
     place_orders(2)
     arn, shard, records = stream_records(template)
@@ -556,14 +578,20 @@ def test_redrive_parks_an_entry_the_bus_rejects_once_and_never_counts_it_publish
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 
-    # The relay never met these records past its checkpoint: the rejected one is parked as the relay
-    # would have, so every record is accounted for and the dead-letter message is done.
-    [report] = reports_printed(capsys)
+    # The relay never met these records past its checkpoint: the rejected one is parked whole, as the
+    # relay would have. The dead-letter message held only metadata, the poison queue now holds the
+    # record itself: the message may go. But the event is not on the bus, so the operator must act.
+    out = printed(capsys)
+    [report] = out.reports
     assert (report["published"], report["poison"], report["complete"]) == (1, [first], True)
-    assert code == 0
+    assert code == 1
+    assert out.summary == {"redriven": 1, "kept": 0, "parked": [first]}
+    assert first in out.err
+    assert "redrive-poison" in out.err
     assert [e["detail"]["id"] for e in bus()] == [second]
     [parked] = poison_queue()
     assert (parked["eventId"], parked["reason"]) == (first, "EventBridge rejected the entry: MalformedDetail")
+    assert parked["item"] == outbox_items(settings.orders_table_name)[first]  # whole: all a redrive needs
     assert messages_in(queue_url) == 0
 
 
@@ -640,7 +668,7 @@ def test_the_redrive_command_survives_any_message_and_redrives_the_others(
 
     assert code == 1
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
-    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"redriven": 1, "kept": 2}
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"redriven": 1, "kept": 2, "parked": []}
     assert messages_in(queue_url) == 2
 
 
@@ -656,9 +684,11 @@ def test_redrive_parks_a_record_that_fails_to_decode_in_any_way(
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 
-    assert code == 0
+    assert code == 1  # parked, so not on the bus: named for the operator
+    assert printed(capsys).summary == {"redriven": 1, "kept": 0, "parked": [deep["eventId"]["S"]]}
     assert [p["eventId"] for p in poison_queue()] == [deep["eventId"]["S"]]
     assert len(bus()) == 1
+    assert messages_in(queue_url) == 0  # the poison queue holds the record whole
 
 
 # --- expiry: the republish window ends at expiresAt ---------------------------------------------------------
