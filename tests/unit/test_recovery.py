@@ -430,16 +430,13 @@ def outbox_image_of_new_order() -> dict[str, Any]:
     )
 
 
-def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
-    place_orders, settings, recovery, poison_queue, bus, template
-):
-    placed = place_orders(2)
-    table = template.physical_name("OrdersTable")
+def spoil_outbox_item(table: str, order_id: str) -> str:
+    """Make an order's outbox item undecodable (poison), as a writer's bug would; its event id."""
     client = boto3.client("dynamodb")
     [poisoned] = [
         i
         for i in client.scan(TableName=table)["Items"]
-        if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX) and i["aggregateId"]["S"] == placed[0]["orderId"]
+        if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX) and i["aggregateId"]["S"] == order_id
     ]
     client.update_item(
         TableName=table,
@@ -447,13 +444,41 @@ def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
         UpdateExpression="SET envelope = :bad",
         ExpressionAttributeValues={":bad": {"S": "not json"}},
     )
+    return str(poisoned["eventId"]["S"])
+
+
+def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
+    place_orders, settings, recovery, poison_queue, bus, template
+):
+    placed = place_orders(2)
+    table = template.physical_name("OrdersTable")
+    poisoned = spoil_outbox_item(table, placed[0]["orderId"])
 
     report = recovery.replay_window(table, T0, T0 + timedelta(minutes=5))
 
     assert not report.complete
-    assert report.unpublished == [poisoned["eventId"]["S"]]
+    assert report.unpublished == [poisoned]
     assert any("redrive-poison" in line for line in report.missing)
     assert [e["detail"]["subject"] for e in bus()] == [placed[1]["orderId"]]
+    assert poison_queue() == []  # the relay parked it when it first met it: not a second copy
+
+
+def test_replay_by_event_id_of_an_undecodable_item_names_it_exits_1_and_never_parks_it(
+    place_orders, poison_queue, bus, template, capsys, day_after_t0
+):
+    placed = place_orders(2)
+    table = template.physical_name("OrdersTable")
+    event_ids = outbox_event_ids(stream_records(template)[2])
+    poisoned = spoil_outbox_item(table, placed[0]["orderId"])
+    [healthy] = [i for i in event_ids if i != poisoned]
+
+    code = admin(template, "replay", "--table", table, "--event-id", poisoned, "--event-id", healthy)
+
+    assert code == 1
+    [report] = reports_printed(capsys)
+    assert (report["unpublished"], report["poison"], report["published"]) == ([poisoned], [], 1)
+    assert any(poisoned in line and "redrive-poison" in line for line in report["missing"])
+    assert [e["detail"]["id"] for e in bus()] == [healthy]
     assert poison_queue() == []  # the relay parked it when it first met it: not a second copy
 
 
