@@ -9,7 +9,8 @@
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
 every consumer deduplicates on the CloudEvent id for the whole republish window (OutboxTtlDays).
 A queue message is deleted only when its report is complete; otherwise it stays, the report names
-what is missing, and the command exits 1.
+what is missing, and the command exits 1. A record parked in the poison queue on the way counts as
+complete (the poison queue holds it whole) but not as done: the command exits 1 and names it.
 """
 
 from __future__ import annotations
@@ -68,12 +69,14 @@ def _print(report: RecoveryReport, **extra: Any) -> None:
 def _drain_queue(
     queue_url: str, max_messages: int, recover: Callable[[dict[str, Any]], RecoveryReport | None]
 ) -> int:
-    """Hand each message to `recover`; delete it only when its report is complete."""
+    """Hand each message to `recover`; delete it only when its report is complete. Exit 1 when a
+    message is kept or an event was parked (deleted with its message, but not on the bus)."""
     sqs = aws.sqs()
     handled = 0
     kept = 0
     seen: set[str] = set()
     kept_handles: list[str] = []
+    parked: list[str] = []
     while handled + kept < max_messages:
         messages = sqs.receive_message(
             QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=300
@@ -99,6 +102,7 @@ def _drain_queue(
                 print(json.dumps({"messageId": message["MessageId"], "error": error}))
             if report is not None:
                 _print(report, messageId=message["MessageId"])
+                parked.extend(report.poison)
             if report is not None and report.complete:
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
                 handled += 1
@@ -110,10 +114,16 @@ def _drain_queue(
     for handle in kept_handles:
         with contextlib.suppress(ClientError, BotoCoreError):
             sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=handle, VisibilityTimeout=0)
-    print(json.dumps({"redriven": handled, "kept": kept}))
+    print(json.dumps({"redriven": handled, "kept": kept, "parked": parked}))
     if kept:
         print(f"error: {kept} message(s) kept in {queue_url}: see their 'missing' above", file=sys.stderr)
-    return 0 if kept == 0 else 1
+    if parked:
+        print(
+            f"error: {len(parked)} event(s) parked in the relay poison queue, not on the bus: "
+            f"{', '.join(parked)}; fix why they failed, then run redrive-poison",
+            file=sys.stderr,
+        )
+    return 0 if kept == 0 and not parked else 1
 
 
 def redrive(args: argparse.Namespace) -> int:
@@ -146,7 +156,7 @@ def replay(args: argparse.Namespace) -> int:
     else:
         raise SystemExit("error: give --event-id, or both --from and --to")
     _print(report, table=table)
-    return 0 if report.complete else 1
+    return 0 if report.all_on_bus else 1
 
 
 def seed(args: argparse.Namespace) -> int:

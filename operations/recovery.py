@@ -21,7 +21,9 @@ accepted by PutEvents or parked as poison. Whatever cannot be shown is named in 
   memory of its event id is sized to the window, so republishing it could apply it twice (a customer
   notified again). It is not republished unless the operator asks for it explicitly (replay
   `--include-expired`).
-The operator command deletes a dead-letter message only when its report is complete.
+The operator command deletes a dead-letter message only when its report is complete, and exits 1
+unless every event is on the bus (`all_on_bus`): a record parked on the way is held whole by the
+poison queue, so its message may go, but the operator must still act (`redrive-poison` after the fix).
 """
 
 from __future__ import annotations
@@ -117,7 +119,14 @@ class RecoveryReport:
 
     @property
     def complete(self) -> bool:
+        """Every record was found and is on the bus or parked whole: its queue message may go."""
         return not self.unpublished and not self.missing
+
+    @property
+    def all_on_bus(self) -> bool:
+        """Complete with nothing parked: no event is left for an operator to put on the bus. A parked
+        event is held whole by the poison queue, but is on the bus only after `redrive-poison`."""
+        return self.complete and not self.poison
 
 
 @dataclass

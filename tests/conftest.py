@@ -71,10 +71,16 @@ Handler = Callable[..., Any]
 def invoke(
     template: Template, monkeypatch: pytest.MonkeyPatch, fake_credentials: None
 ) -> Iterator[Callable[..., Any]]:
-    """invoke(logical_id, event) runs a function's handler with the environment the template gives it."""
+    """invoke(logical_id, event) runs a function's handler with the environment the template gives it,
+    and a Lambda context with the template's timeout unless given one (`context`)."""
     loaded: set[str] = set()
 
-    def _invoke(logical_id: str, event: dict[str, Any], env: dict[str, str] | None = None) -> Any:
+    def _invoke(
+        logical_id: str,
+        event: dict[str, Any],
+        env: dict[str, str] | None = None,
+        context: LambdaContext | None = None,
+    ) -> Any:
         spec = template.function(logical_id)
         for name, value in {**spec.environment, **(env or {})}.items():
             monkeypatch.setenv(name, value)
@@ -87,7 +93,7 @@ def invoke(
             reset_process_state()
             loaded.add(logical_id)
         handler_name = spec.handler.rsplit(".", 1)[1]
-        context = LambdaContext(function_name=logical_id, timeout_seconds=spec.timeout)
+        context = context or LambdaContext(function_name=logical_id, timeout_seconds=spec.timeout)
         return getattr(module, handler_name)(event, context)
 
     yield _invoke

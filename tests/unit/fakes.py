@@ -16,9 +16,13 @@ class FaultyEventBridge:
 
     fail_permanently: event ids answered with a non-retryable error of the account's configuration
                       (AccessDeniedException), every time: the relay must wait for an operator.
-    reject:           event ids EventBridge refuses for what they are (MalformedDetail), every time.
+    reject:           event ids EventBridge refuses for what they are, every time, with `reject_code`
+                      (MalformedDetail or InvalidArgument: the two codes AWS lists as such).
     throttle_entries: event id -> how many times its entry is answered with ThrottlingException.
     throttle_calls:   how many PutEvents calls raise ThrottlingException before calls pass.
+    raise_on_every_call: an error code (AccessDeniedException, ThrottlingException, ...) that every
+                      PutEvents call raises as a ClientError once `calls_before_raising` calls passed:
+                      the whole call fails, no entry is answered.
     """
 
     def __init__(
@@ -28,12 +32,18 @@ class FaultyEventBridge:
         reject: Iterable[str] = (),
         throttle_entries: dict[str, int] | None = None,
         throttle_calls: int = 0,
+        reject_code: str = "MalformedDetail",
+        raise_on_every_call: str | None = None,
+        calls_before_raising: int = 0,
     ) -> None:
         self._real = real
         self.fail_permanently = set(fail_permanently)
         self.reject = set(reject)
+        self.reject_code = reject_code
         self.throttle_entries = dict(throttle_entries or {})
         self.throttle_calls = throttle_calls
+        self.raise_on_every_call = raise_on_every_call
+        self.calls_before_raising = calls_before_raising
         self.calls: list[list[str]] = []  # event ids per PutEvents call, as sent
         self.entries: list[dict[str, Any]] = []  # every entry of every call, as sent
 
@@ -41,6 +51,10 @@ class FaultyEventBridge:
         ids = [json.loads(entry["Detail"])["id"] for entry in Entries]
         self.calls.append(ids)
         self.entries.extend(Entries)
+        if self.raise_on_every_call is not None and len(self.calls) > self.calls_before_raising:
+            raise ClientError(
+                {"Error": {"Code": self.raise_on_every_call, "Message": "injected"}}, "PutEvents"
+            )
         if self.throttle_calls > 0:
             self.throttle_calls -= 1
             raise ClientError(
@@ -52,7 +66,7 @@ class FaultyEventBridge:
             if event_id in self.fail_permanently:
                 results[position] = {"ErrorCode": "AccessDeniedException", "ErrorMessage": "injected"}
             elif event_id in self.reject:
-                results[position] = {"ErrorCode": "MalformedDetail", "ErrorMessage": "injected"}
+                results[position] = {"ErrorCode": self.reject_code, "ErrorMessage": "injected"}
             elif self.throttle_entries.get(event_id, 0) > 0:
                 self.throttle_entries[event_id] -= 1
                 results[position] = {"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +21,7 @@ from shop.domain.inventory import InventoryService
 from shop.domain.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import Settings
-from tests.support import load_event
+from tests.support import LambdaContext, load_event
 from tools.local.reader.template import Template
 
 INVENTORY = "InventoryFunction"
@@ -131,7 +133,8 @@ def failures(response: dict[str, Any]) -> list[str]:
 
 
 def expire_in_progress_records(template: Template) -> None:
-    """What time does to the IN_PROGRESS record of a dead consumer once its deadline passed."""
+    """What time does to the IN_PROGRESS record of a dead consumer once its deadline passed (the
+    deadline itself is the consumer's to write: see the in-progress read-back test below)."""
     client = boto3.client("dynamodb")
     table = template.physical_name("IdempotencyTable")
     past = str(int(time.time() * 1000) - 1000)
@@ -142,6 +145,27 @@ def expire_in_progress_records(template: Template) -> None:
             UpdateExpression="SET in_progress_expiration = :past",
             ExpressionAttributeValues={":past": {"N": past}},
         )
+
+
+def idempotency_records(template: Template) -> dict[str, dict[str, Any]]:
+    """The consumers' idempotency records as Powertools wrote them, by id."""
+    table = template.physical_name("IdempotencyTable")
+    return {i["id"]["S"]: i for i in boto3.client("dynamodb").scan(TableName=table)["Items"]}
+
+
+def idempotency_key(function_name: str, event_id: str) -> str:
+    """The record id of a CloudEvent id: the pinned prefix (written out here: it must never change, or
+    every consumer forgets what it applied), '#', and Powertools' hash of the key the consumer gives it,
+    the `id` (aws_lambda_powertools/utilities/idempotency/persistence/base.py, _generate_hash)."""
+    digest = hashlib.md5(json.dumps(event_id, sort_keys=True).encode()).hexdigest()  # noqa: S324
+    return f"{function_name}.shop.runtime.consumer.IdempotentConsumer.__init__.<locals>.apply_once#{digest}"
+
+
+def with_event_id(record: dict[str, Any], event_id: str) -> dict[str, Any]:
+    """The same SQS record carrying the same CloudEvent under another id (another message)."""
+    body = json.loads(record["body"])
+    body["detail"]["id"] = event_id
+    return delivered_as({**record, "body": json.dumps(body)}, f"m-{event_id}")
 
 
 def forget_processed_events(template: Template) -> None:
@@ -410,3 +434,72 @@ def test_a_malformed_notification_message_fails_alone(invoke, notifications):
 
     assert failures(response) == ["m-bad"]
     assert len(notifications()) == 1
+
+
+# --- the idempotency records, read back ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("function", "event_file"),
+    [
+        (INVENTORY, "sqs_inventory_order_created.json"),
+        (ORDER_STATUS, "sqs_order_status_inventory_reserved.json"),
+        (NOTIFICATION, "sqs_notification_order_confirmed.json"),
+    ],
+)
+def test_each_consumer_keys_its_record_on_its_function_name_and_the_cloud_event_id(
+    invoke, inventory, pending_order, notifications, template, function, event_file
+):
+    event = load_event(event_file)
+    event_id = json.loads(event["Records"][0]["body"])["detail"]["id"]
+    function_name = template.physical_name(function)  # what Lambda sets AWS_LAMBDA_FUNCTION_NAME to
+
+    assert failures(invoke(function, event, env={"AWS_LAMBDA_FUNCTION_NAME": function_name})) == []
+
+    [record] = idempotency_records(template).values()
+    assert record["id"]["S"] == idempotency_key(function_name, event_id)
+    assert record["status"]["S"] == "COMPLETED"
+
+
+def test_two_events_of_one_saga_are_two_records_and_both_reach_the_effect(
+    invoke, inventory, template, effect_calls
+):
+    applied = effect_calls(InventoryService, "apply")
+    record = load_event("sqs_inventory_order_created.json")["Records"][0]
+    first = json.loads(record["body"])["detail"]["id"]
+    second = str(uuid.uuid4())  # same correlation id, same order: only the id differs
+    batch = {"Records": [record, with_event_id(record, second)]}
+    function_name = template.physical_name(INVENTORY)
+
+    assert failures(invoke(INVENTORY, batch, env={"AWS_LAMBDA_FUNCTION_NAME": function_name})) == []
+
+    assert applied == [first, second]
+    assert set(idempotency_records(template)) == {
+        idempotency_key(function_name, first),
+        idempotency_key(function_name, second),
+    }
+
+
+def test_an_applied_event_is_remembered_for_the_whole_republish_window(invoke, inventory, template):
+    window = (int(template.parameter_values["OutboxTtlDays"]) + 18) * 86_400  # docs/guarantees.md
+    before = time.time()
+
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
+
+    [record] = idempotency_records(template).values()
+    assert before + window - 1 <= int(record["expiration"]["N"]) <= time.time() + window
+
+
+def test_an_in_progress_record_expires_at_the_deadline_of_the_invocation_that_wrote_it(
+    invoke, inventory, template, monkeypatch
+):
+    timeout = 137.0  # not the function's Timeout: the deadline must come from the context
+    started = time.time()
+    context = LambdaContext(function_name=INVENTORY, timeout_seconds=timeout)
+    with crashing(monkeypatch, DynamoInventoryRepository, "reserve", write_first=False):
+        invoke(INVENTORY, load_event("sqs_inventory_order_created.json"), context=context)
+    ended = time.time()
+
+    # The process died with the record IN_PROGRESS: a redelivery waits for exactly that deadline
+    [record] = idempotency_records(template).values()
+    assert record["status"]["S"] == "INPROGRESS"
+    deadline = int(record["in_progress_expiration"]["N"]) / 1000
+    assert started + timeout - 1 <= deadline <= ended + timeout

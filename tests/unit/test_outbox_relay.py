@@ -377,16 +377,21 @@ def test_an_entry_the_bus_rejects_that_cannot_be_parked_stops_publishing_after_i
     assert {event_id(r) for r in batch[10:]}.isdisjoint(faulty_bus.sent_ids())
 
 
-def test_throttling_that_outlasts_the_retries_checkpoints_at_the_first_throttled_entry_and_parks_nothing(
-    faulty_bus, bus, poison_queue, invoke, monkeypatch
-):
-    batch = records("relay_outbox_insert_batch.json")
-    faulty_bus.throttle_entries = {event_id(batch[13]): 1_000, event_id(batch[16]): 1_000}
+@pytest.fixture
+def unhurried_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay's publisher backs off as configured, without sleeping through the delays."""
 
     def without_sleeping(settings: Settings) -> EventPublisher:
         return EventPublisher(settings.event_bus_name, settings.max_event_bytes, sleep=lambda seconds: None)
 
     monkeypatch.setattr(shop.runtime.wiring.relay, "event_publisher", without_sleeping)
+
+
+def test_throttling_that_outlasts_the_retries_checkpoints_at_the_first_throttled_entry_and_parks_nothing(
+    faulty_bus, bus, poison_queue, invoke, unhurried_backoff
+):
+    batch = records("relay_outbox_insert_batch.json")
+    faulty_bus.throttle_entries = {event_id(batch[13]): 1_000, event_id(batch[16]): 1_000}
 
     failures = relay(invoke, batch)
 
@@ -396,3 +401,27 @@ def test_throttling_that_outlasts_the_retries_checkpoints_at_the_first_throttled
     assert event_id(batch[12]) in on_bus
     assert {event_id(r) for r in batch[20:]}.isdisjoint(faulty_bus.sent_ids())  # nothing after its call
     assert len(faulty_bus.calls) == 2 + 5  # the first two calls, then the 5 retries of 6 attempts
+
+
+def metric_values(out: str, name: str) -> list[float]:
+    """Every value of one metric in the EMF lines the handler printed (EMF may list several per line)."""
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"_aws"' in line]
+    values = [line[name] for line in lines if name in line]
+    return [v for value in values for v in (value if isinstance(value, list) else [value])]
+
+
+def test_calls_throttled_for_the_rest_of_the_invocation_checkpoint_at_the_first_record_not_on_the_bus(
+    faulty_bus, bus, poison_queue, invoke, unhurried_backoff, capsys
+):
+    batch = records("relay_outbox_insert_batch.json")  # 25 records: calls of 10, 10 and 5
+    faulty_bus.raise_on_every_call, faulty_bus.calls_before_raising = "ThrottlingException", 1
+
+    failures = relay(invoke, batch)
+
+    # Lambda resumes at record 11, the first of the throttled call; the 10 before it are published once
+    assert failures[0] == batch[10]["dynamodb"]["SequenceNumber"]
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in batch[:10])
+    assert metric_values(capsys.readouterr().out, "EventsPublished") == [10]
+    assert poison_queue() == []  # throttling is transient: never poison
+    # The throttled call was retried whole until the attempts ran out; the chunk after it never sent
+    assert faulty_bus.calls[1:] == [[event_id(r) for r in batch[10:20]]] * 6

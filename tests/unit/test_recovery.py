@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -17,7 +18,7 @@ import shop.adapters.aws
 from operations.admin import main as outbox_admin
 from operations.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
 from shop.adapters import keys
-from shop.adapters.eventbridge import EventPublisher
+from shop.adapters.eventbridge import RECORD_REJECTED_CODES, EventPublisher
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.adapters.outbox_items import outbox_item
 from shop.adapters.poison_queue import PoisonQueue, checked_poison_message, poison_message_body
@@ -225,7 +226,7 @@ def test_redrive_command_empties_the_dead_letter_queue(
     assert code == 1  # the malformed message is kept and reported
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary == {"redriven": 1, "kept": 1}
+    assert summary == {"redriven": 1, "kept": 1, "parked": []}
 
 
 # --- nothing is claimed that was not done ---------------------------------------------------------------
@@ -429,16 +430,13 @@ def outbox_image_of_new_order() -> dict[str, Any]:
     )
 
 
-def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
-    place_orders, settings, recovery, poison_queue, bus, template
-):
-    placed = place_orders(2)
-    table = template.physical_name("OrdersTable")
+def spoil_outbox_item(table: str, order_id: str) -> str:
+    """Make an order's outbox item undecodable (poison), as a writer's bug would; its event id."""
     client = boto3.client("dynamodb")
     [poisoned] = [
         i
         for i in client.scan(TableName=table)["Items"]
-        if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX) and i["aggregateId"]["S"] == placed[0]["orderId"]
+        if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX) and i["aggregateId"]["S"] == order_id
     ]
     client.update_item(
         TableName=table,
@@ -446,13 +444,41 @@ def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
         UpdateExpression="SET envelope = :bad",
         ExpressionAttributeValues={":bad": {"S": "not json"}},
     )
+    return str(poisoned["eventId"]["S"])
+
+
+def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
+    place_orders, settings, recovery, poison_queue, bus, template
+):
+    placed = place_orders(2)
+    table = template.physical_name("OrdersTable")
+    poisoned = spoil_outbox_item(table, placed[0]["orderId"])
 
     report = recovery.replay_window(table, T0, T0 + timedelta(minutes=5))
 
     assert not report.complete
-    assert report.unpublished == [poisoned["eventId"]["S"]]
+    assert report.unpublished == [poisoned]
     assert any("redrive-poison" in line for line in report.missing)
     assert [e["detail"]["subject"] for e in bus()] == [placed[1]["orderId"]]
+    assert poison_queue() == []  # the relay parked it when it first met it: not a second copy
+
+
+def test_replay_by_event_id_of_an_undecodable_item_names_it_exits_1_and_never_parks_it(
+    place_orders, poison_queue, bus, template, capsys, day_after_t0
+):
+    placed = place_orders(2)
+    table = template.physical_name("OrdersTable")
+    event_ids = outbox_event_ids(stream_records(template)[2])
+    poisoned = spoil_outbox_item(table, placed[0]["orderId"])
+    [healthy] = [i for i in event_ids if i != poisoned]
+
+    code = admin(template, "replay", "--table", table, "--event-id", poisoned, "--event-id", healthy)
+
+    assert code == 1
+    [report] = reports_printed(capsys)
+    assert (report["unpublished"], report["poison"], report["published"]) == ([poisoned], [], 1)
+    assert any(poisoned in line and "redrive-poison" in line for line in report["missing"])
+    assert [e["detail"]["id"] for e in bus()] == [healthy]
     assert poison_queue() == []  # the relay parked it when it first met it: not a second copy
 
 
@@ -478,7 +504,7 @@ def test_an_aws_failure_on_one_message_keeps_it_and_the_command_goes_on(
     assert code == 1
     lines = capsys.readouterr().out.splitlines()
     assert any('"error": "AWS call failed' in line for line in lines)
-    assert json.loads(lines[-1]) == {"redriven": 1, "kept": 1}
+    assert json.loads(lines[-1]) == {"redriven": 1, "kept": 1, "parked": []}
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
 
 
@@ -508,108 +534,202 @@ def messages_in(queue_url: str) -> int:
     )
 
 
-def visible_in(queue_url: str) -> int:
-    attributes = boto3.client("sqs").get_queue_attributes(
-        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"]
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"])
+def visible_bodies(queue_url: str) -> list[Any]:
+    """The bodies a receive would get now (looked at, and left visible)."""
+    messages = (
+        boto3.client("sqs")
+        .receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        .get("Messages", [])
+    )
+    return [json.loads(m["Body"]) for m in messages]
+
+
+@dataclass(frozen=True)
+class Printed:
+    """What an operator command printed: its reports, its closing summary line, its stderr."""
+
+    reports: list[dict[str, Any]]
+    summary: dict[str, Any] | None  # {"redriven", "kept", "parked"} of the queue commands
+    err: str
+
+
+def printed(capsys: pytest.CaptureFixture[str]) -> Printed:
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    summaries = [line for line in lines if "redriven" in line]
+    return Printed([line for line in lines if "complete" in line], summaries[-1] if summaries else None, err)
 
 
 def reports_printed(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
-    lines = capsys.readouterr().out.splitlines()
-    return [json.loads(line) for line in lines if line.startswith("{") and '"complete"' in line]
+    return printed(capsys).reports
 
 
-BUS_FAILURES = [
-    pytest.param("fail_permanently", id="bus-fails-permanently"),
-    pytest.param("reject", id="bus-rejects-the-entry"),
+def outbox_items(table: str) -> dict[str, dict[str, Any]]:
+    """The outbox items of a table, by event id, as stored."""
+    items = boto3.client("dynamodb").scan(TableName=table)["Items"]
+    return {i["eventId"]["S"]: i for i in items if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX)}
+
+
+@dataclass(frozen=True)
+class BusFault:
+    """A way the bus fails an event: its entry answered with `code` (a rejection when the code is one
+    of RECORD_REJECTED_CODES), or, with `every_call`, every PutEvents call raising it whole."""
+
+    code: str
+    every_call: bool = False
+
+    def inject(self, bus: FaultyEventBridge, event_id: str) -> None:
+        if self.every_call:
+            bus.raise_on_every_call = self.code
+        elif self.code in RECORD_REJECTED_CODES:
+            bus.reject, bus.reject_code = {event_id}, self.code
+        else:
+            bus.fail_permanently = {event_id}
+
+    def keeps_off_the_bus(self, event_id: str, event_ids: list[str]) -> list[str]:
+        """The events not on the bus after a run over `event_ids` (in publish order) with the fault
+        injected for `event_id`: a call that raises takes every event with it."""
+        return list(event_ids) if self.every_call else [event_id]
+
+
+NOT_POISON = [
+    pytest.param(BusFault("AccessDeniedException"), id="entry-access-denied"),
+    pytest.param(BusFault("AccessDeniedException", every_call=True), id="every-call-raises-access-denied"),
 ]
+REJECTIONS = [
+    pytest.param(BusFault("MalformedDetail"), id="entry-rejected-malformed-detail"),
+    pytest.param(BusFault("InvalidArgument"), id="entry-rejected-invalid-argument"),
+]
+BUS_FAILURES = NOT_POISON + REJECTIONS
 
 
-def test_redrive_while_the_bus_fails_permanently_keeps_the_message_and_names_what_is_not_on_the_bus(
-    place_orders, failing_bus, bus, poison_queue, relay_dlq, template, capsys, day_after_t0
+@pytest.mark.parametrize("fault", NOT_POISON)
+def test_redrive_while_the_bus_fails_keeps_the_message_and_names_what_is_not_on_the_bus(
+    place_orders, failing_bus, bus, poison_queue, relay_dlq, template, capsys, day_after_t0, fault
 ):
     place_orders(2)
     arn, shard, records = stream_records(template)
-    first, second = outbox_event_ids(records)
-    failing_bus.fail_permanently = {second}
-    queue_url = relay_dlq(failure_message(arn, shard, records[0], records[-1], 2))
+    event_ids = outbox_event_ids(records)
+    fault.inject(failing_bus, event_ids[1])
+    message = failure_message(arn, shard, records[0], records[-1], 2)
+    queue_url = relay_dlq(message)
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 
     assert code == 1
-    [report] = reports_printed(capsys)
-    assert (report["published"], report["unpublished"], report["complete"]) == (1, [second], False)
-    assert [e["detail"]["id"] for e in bus()] == [first]
-    assert messages_in(queue_url) == 1  # kept for the next run
+    failed = fault.keeps_off_the_bus(event_ids[1], event_ids)
+    out = printed(capsys)
+    [report] = out.reports
+    assert (report["unpublished"], report["complete"]) == (failed, False)
+    assert report["published"] == 2 - len(failed)
+    assert out.summary == {"redriven": 0, "kept": 1, "parked": []}
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(set(event_ids) - set(failed))
+    # Kept for the next run, and visible again now the run is over
+    assert messages_in(queue_url) == 1
+    assert visible_bodies(queue_url) == [message]
     assert poison_queue() == []  # a failing bus is not poison
 
 
-def test_redrive_parks_an_entry_the_bus_rejects_once_and_never_counts_it_published(
-    place_orders, failing_bus, bus, poison_queue, relay_dlq, template, capsys, day_after_t0
+@pytest.mark.parametrize("fault", REJECTIONS)
+def test_redrive_parks_an_entry_the_bus_rejects_whole_deletes_its_message_and_exits_1_naming_it(
+    place_orders, failing_bus, bus, poison_queue, relay_dlq, settings, template, capsys, day_after_t0, fault
 ):
     place_orders(2)
     arn, shard, records = stream_records(template)
     first, second = outbox_event_ids(records)
-    failing_bus.reject = {first}
+    fault.inject(failing_bus, first)
     queue_url = relay_dlq(failure_message(arn, shard, records[0], records[-1], 2))
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 
-    # The relay never met these records past its checkpoint: the rejected one is parked as the relay
-    # would have, so every record is accounted for and the dead-letter message is done.
-    [report] = reports_printed(capsys)
+    # The relay never met these records past its checkpoint: the rejected one is parked whole, as the
+    # relay would have. The dead-letter message held only metadata, the poison queue now holds the
+    # record itself: the message may go. But the event is not on the bus, so the operator must act.
+    out = printed(capsys)
+    [report] = out.reports
     assert (report["published"], report["poison"], report["complete"]) == (1, [first], True)
-    assert code == 0
+    assert code == 1
+    assert out.summary == {"redriven": 1, "kept": 0, "parked": [first]}
+    assert first in out.err
+    assert "redrive-poison" in out.err
     assert [e["detail"]["id"] for e in bus()] == [second]
     [parked] = poison_queue()
-    assert (parked["eventId"], parked["reason"]) == (first, "EventBridge rejected the entry: MalformedDetail")
+    assert (parked["eventId"], parked["reason"]) == (first, f"EventBridge rejected the entry: {fault.code}")
+    assert parked["item"] == outbox_items(settings.orders_table_name)[first]  # whole: all a redrive needs
     assert messages_in(queue_url) == 0
 
 
-@pytest.mark.parametrize("failure", BUS_FAILURES)
+@pytest.mark.parametrize("fault", BUS_FAILURES)
 def test_redrive_poison_against_a_failing_bus_keeps_the_parked_message(
-    failing_bus, bus, poison_queue, template, capsys, failure
+    failing_bus, bus, poison_queue, template, capsys, fault
 ):
     image = outbox_image_of_new_order()
     event_id = image["eventId"]["S"]
-    setattr(failing_bus, failure, {event_id})
+    fault.inject(failing_bus, event_id)
     poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
     PoisonQueue(poison_url).park(PoisonRecord("1", event_id, "was unpublishable", image))
 
     code = admin(template, "redrive-poison")
 
     assert code == 1
-    [report] = reports_printed(capsys)
+    out = printed(capsys)
+    [report] = out.reports
     assert (report["published"], report["unpublished"], report["complete"]) == (0, [event_id], False)
+    assert out.summary == {"redriven": 0, "kept": 1, "parked": []}
     assert bus() == []
     # Still parked, once: not deleted, and not parked a second time; visible again for the next run
     assert messages_in(poison_url) == 1
-    assert visible_in(poison_url) == 1
+    assert [body["eventId"] for body in visible_bodies(poison_url)] == [event_id]
 
 
-@pytest.mark.parametrize("failure", BUS_FAILURES)
+@pytest.mark.parametrize("fault", BUS_FAILURES)
 @pytest.mark.parametrize("how", ["window", "event-id"])
-def test_replay_against_a_failing_bus_exits_1_naming_the_event_and_parks_nothing(
-    place_orders, failing_bus, bus, poison_queue, template, capsys, day_after_t0, failure, how
+def test_replay_against_a_failing_bus_exits_1_naming_the_events_and_parks_or_deletes_nothing(
+    place_orders, failing_bus, bus, poison_queue, template, capsys, day_after_t0, fault, how
 ):
     place_orders(2)
-    _, _, records = stream_records(template)
-    first, second = outbox_event_ids(records)
-    setattr(failing_bus, failure, {first})
+    table = template.physical_name("OrdersTable")
+    event_ids = outbox_event_ids(stream_records(template)[2])
+    fault.inject(failing_bus, event_ids[0])
+    stored = outbox_items(table)
     selection = (
         ["--from", "2026-11-21T10:00:00Z", "--to", "2026-11-21T10:05:00Z"]
         if how == "window"
-        else ["--event-id", first, "--event-id", second]
+        else ["--event-id", event_ids[0], "--event-id", event_ids[1]]
     )
 
-    code = admin(template, "replay", "--table", template.physical_name("OrdersTable"), *selection)
+    code = admin(template, "replay", "--table", table, *selection)
 
     assert code == 1
+    failed = fault.keeps_off_the_bus(event_ids[0], event_ids)
     [report] = reports_printed(capsys)
-    assert (report["unpublished"], report["published"], report["complete"]) == ([first], 1, False)
-    assert [e["detail"]["id"] for e in bus()] == [second]  # another order's event, in the same call
+    assert (report["unpublished"], report["complete"]) == (failed, False)
+    assert report["published"] == 2 - len(failed)
+    # Another order's event, in the same call, is on the bus unless the call itself failed
+    assert [e["detail"]["id"] for e in bus()] == [i for i in event_ids if i not in failed]
     assert poison_queue() == []  # the relay parks poison; a replay only names it
+    assert outbox_items(table) == stored  # the table is where a later replay finds them
+
+
+def test_a_redrive_run_deletes_exactly_the_messages_whose_events_are_all_on_the_bus(
+    place_orders, failing_bus, bus, poison_queue, relay_dlq, template, capsys, day_after_t0
+):
+    place_orders(3)
+    arn, shard, records = stream_records(template)
+    # One dead-letter message per order: its order item and its outbox item
+    ranges = [records[i : i + 2] for i in range(0, len(records), 2)]
+    messages = [failure_message(arn, shard, r[0], r[-1], 1) for r in ranges]
+    [[first], [second], [third]] = [outbox_event_ids(r) for r in ranges]
+    failing_bus.fail_permanently = {second}
+    queue_url = relay_dlq(*messages)
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    assert code == 1
+    assert printed(capsys).summary == {"redriven": 2, "kept": 1, "parked": []}
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted([first, third])
+    assert messages_in(queue_url) == 1
+    assert visible_bodies(queue_url) == [messages[1]]  # the failed one's, and only it
 
 
 def test_a_parked_record_eventbridge_still_rejects_is_not_published_and_says_why(
@@ -640,7 +760,7 @@ def test_the_redrive_command_survives_any_message_and_redrives_the_others(
 
     assert code == 1
     assert sorted(e["detail"]["id"] for e in bus()) == sorted(outbox_event_ids(records))
-    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"redriven": 1, "kept": 2}
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"redriven": 1, "kept": 2, "parked": []}
     assert messages_in(queue_url) == 2
 
 
@@ -656,9 +776,11 @@ def test_redrive_parks_a_record_that_fails_to_decode_in_any_way(
 
     code = admin(template, "redrive", "--queue-url", queue_url)
 
-    assert code == 0
+    assert code == 1  # parked, so not on the bus: named for the operator
+    assert printed(capsys).summary == {"redriven": 1, "kept": 0, "parked": [deep["eventId"]["S"]]}
     assert [p["eventId"] for p in poison_queue()] == [deep["eventId"]["S"]]
     assert len(bus()) == 1
+    assert messages_in(queue_url) == 0  # the poison queue holds the record whole
 
 
 # --- expiry: the republish window ends at expiresAt ---------------------------------------------------------

@@ -1,9 +1,11 @@
 """One contract, two implementations: the in-memory repositories (tests/support/memory.py) and the
 DynamoDB ones (on moto) must answer every case alike, so domain tests on the fakes say something true.
+At the end, what only the DynamoDB items carry: the outbox expiry (expiresAt) as written.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -14,8 +16,8 @@ import pytest
 from shop.adapters import keys
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
-from shop.adapters.outbox_items import ENVELOPE
-from shop.domain.envelope import CloudEvent
+from shop.adapters.outbox_items import ENVELOPE, EXPIRES_AT
+from shop.domain.envelope import CloudEvent, parse_time
 from shop.domain.errors import EventTooLarge
 from shop.domain.inventory import (
     INVENTORY_REJECTED,
@@ -413,3 +415,40 @@ def test_a_redelivered_order_created_is_stale_and_writes_nothing_even_when_its_s
     stored = inventory.repository.get_reservation("o-1")
     assert stored is not None
     assert stored.status is ReservationStatus.RESERVED
+
+
+# --- the outbox expiry as the DynamoDB repositories write it ----------------------------------------------
+def test_every_outbox_item_expires_outbox_ttl_days_after_its_event(dynamodb_settings: Settings):
+    # A window other than the default, so that only the setting can have given it
+    settings = replace(dynamodb_settings, outbox_ttl_days=30)
+    orders, inventory = DynamoOrderRepository(settings), DynamoInventoryRepository(settings)
+    order = pending()
+    orders.create(order, created(order), None)
+    confirmed = replace(order, status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
+    orders.save_transition(confirmed, 1, confirmed.event(ORDER_CONFIRMED, "corr-1"))
+    inventory.set_stock("SKU-A", 5)
+    inventory.set_stock("SKU-B", 1)
+    reserved = reservation()
+    inventory.reserve(reserved, reserved.event(INVENTORY_RESERVED, ORDER_EVENT))
+    released = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=2, version=2)
+    inventory.release(reserved, released, released.event(INVENTORY_RELEASED, ORDER_EVENT))
+
+    client = boto3.client("dynamodb")
+    items = [
+        item
+        for table in (settings.orders_table_name, settings.inventory_table_name)
+        for item in client.scan(TableName=table)["Items"]
+        if item[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX)
+    ]
+    lived = {
+        item["eventType"]["S"]: int(item[EXPIRES_AT]["N"])
+        - parse_time(json.loads(item[ENVELOPE]["S"])["time"]).timestamp()
+        for item in items
+    }
+    window = settings.outbox_ttl_days * 86_400
+    assert lived == {
+        ORDER_CREATED: pytest.approx(window, abs=1),
+        ORDER_CONFIRMED: pytest.approx(window, abs=1),
+        INVENTORY_RESERVED: pytest.approx(window, abs=1),
+        INVENTORY_RELEASED: pytest.approx(window, abs=1),
+    }
