@@ -19,10 +19,10 @@ PYTEST    := $(BIN)/pytest
 SCAN_VENV  := .venv-scan
 SCAN_BIN   := $(abspath $(SCAN_VENV))/bin
 SCAN_STAMP := $(SCAN_VENV)/.installed
-# checkov does not expand Fn::ForEach: it scans the template as SAM CLI expands it (tools/local/reader/expand.py),
+# checkov does not expand Fn::ForEach: it scans the template as SAM CLI expands it (tools/template/expand.py),
 # with the settings and the reasoned skips of .checkov.yaml.
 EXPANDED   := .aws-sam/expanded/template.json
-CHECKOV    := $(BIN)/python -m tools.local.reader.expand template.yaml $(EXPANDED) && \
+CHECKOV    := $(BIN)/python -m tools.template.expand template.yaml $(EXPANDED) && \
               $(SCAN_BIN)/checkov --config-file .checkov.yaml --file $(EXPANDED)
 # What the functions ship: the shared layer and each function's own requirements.
 AUDITED    := layers/shared/requirements.txt $(wildcard functions/*/requirements.txt)

@@ -29,9 +29,9 @@ import shop.runtime.config
 import shop.runtime.observability
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
 from tools.local.processes import live_children
-from tools.local.reader.template import Template, load_yaml
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import Template, load_yaml
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",

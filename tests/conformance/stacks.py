@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import start_stack, stop_stack
-from tools.local.reader.template import Template
 from tools.local.runtime.functions import InvocationResult
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import Template
 
 HOLD_SECONDS_LIMIT = 30
 

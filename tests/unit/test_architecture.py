@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.local.reader.template import ROOT
+from tools.template import ROOT
 
 SHOP = ROOT / "layers" / "shared" / "shop"
 DOMAIN_NEVER = ("boto3", "botocore", "aws_lambda_powertools", "shop.adapters", "shop.runtime")

@@ -26,7 +26,7 @@ from shop.runtime.config import Settings
 from tools.docs import cfn, pages, reference
 from tools.docs.cfn import ExpandedTemplate
 from tools.docs.domain import ROOT
-from tools.local.reader.template import Template
+from tools.template import Template
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from shop.domain.principals import ANONYMOUS_CALLER, idempotency_caller
 from tests.support import header, json_body, load_event, load_handler_module
 from tools.local.gateway.server import DEFAULT_LOCAL_CALLER, RouteTable, local_caller_arn, proxy_event
 from tools.local.pollers.event_sources import read_event_sources
-from tools.local.reader.template import ACCOUNT, Template
+from tools.template import ACCOUNT, Template
 
 API = "OrdersApiFunction"
 ALICE = "arn:aws:iam::123456789012:user/alice"

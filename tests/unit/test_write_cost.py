@@ -25,7 +25,7 @@ from shop.domain.saga import OrderStatusPolicy
 from shop.runtime import config
 from shop.runtime.config import Settings
 from tools.bench.write_cost import TYPICAL_TRACE_HEADER, DynamoMeter, index_writes, item_size, units
-from tools.local.reader.template import Template
+from tools.template import Template
 
 # A typical order: two lines, as the bench places it.
 COMMAND = PlaceOrder("c-bench", "USD", (OrderLine("SKU-A", 1, 100), OrderLine("SKU-B", 2, 250)))
