@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tools.local.runtime.context import LambdaContext
+from tests.support.context import LambdaContext
 from tools.template import ROOT, FunctionSpec
 
 EVENTS_DIR = ROOT / "events"
