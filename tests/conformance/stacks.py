@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import start_stack, stop_stack
+from tests.local_stacks import start_stack, stop_stack
 from tools.local.runtime.functions import InvocationResult
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
