@@ -14,15 +14,17 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 FUNCTIONS := $(wildcard functions/*)
 PYTEST    := $(BIN)/pytest
+# The tools' own unit tests, next to what they test; they run with the product's (test-unit, test).
+TOOL_TESTS := tools/local/tests tools/docs/tests tools/bench/tests
 
 # Scanners get their own venv: checkov's boto3 pin conflicts with aws-sam-cli's (requirements-scan.txt).
 SCAN_VENV  := .venv-scan
 SCAN_BIN   := $(abspath $(SCAN_VENV))/bin
 SCAN_STAMP := $(SCAN_VENV)/.installed
-# checkov does not expand Fn::ForEach: it scans the template as SAM CLI expands it (tools/local/reader/expand.py),
+# checkov does not expand Fn::ForEach: it scans the template as SAM CLI expands it (tools/template/expand.py),
 # with the settings and the reasoned skips of .checkov.yaml.
 EXPANDED   := .aws-sam/expanded/template.json
-CHECKOV    := $(BIN)/python -m tools.local.reader.expand template.yaml $(EXPANDED) && \
+CHECKOV    := $(BIN)/python -m tools.template.expand template.yaml $(EXPANDED) && \
               $(SCAN_BIN)/checkov --config-file .checkov.yaml --file $(EXPANDED)
 # What the functions ship: the shared layer and each function's own requirements.
 AUDITED    := layers/shared/requirements.txt $(wildcard functions/*/requirements.txt)
@@ -81,7 +83,7 @@ build: $(STAMP) ## sam build (no Docker)
 	$(BIN)/sam build --template template.yaml --cached --parallel
 
 test-unit: $(STAMP) ## unit tests (moto, no network), the product's and the tools'
-	$(PYTEST) tests/unit tools/local/tests
+	$(PYTEST) tests/unit $(TOOL_TESTS)
 
 test-integration: $(STAMP) $(NODE_STAMP) build ## integration tests against DynamoDB Local and the build output
 	$(PYTEST) tests/integration
@@ -95,7 +97,7 @@ test-e2e: $(STAMP) ## tests against a deployed stack (skipped without AWS creden
 # One pytest session over every suite, so the run's closing line counts every test (CI reads it);
 # test-unit / test-conformance / test-integration / test-e2e remain for running one layer.
 test: lint build $(NODE_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
-	$(PYTEST) tests/unit tools/local/tests tests/conformance tests/integration tests/e2e
+	$(PYTEST) tests/unit $(TOOL_TESTS) tests/conformance tests/integration tests/e2e
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
 	$(BIN)/sam deploy $(ARGS)

@@ -6,16 +6,16 @@ tests/conformance) share one of each per session:
 - `local_stack`: template.yaml exactly as `make local` runs it (seeded, API on a free port).
 - `probe_stack`: template.yaml plus the test-only resources of integration/probe/fragment.yaml (stack
   name "probe", only the probe functions started), for the event source semantics.
-Each fixture stops what it started and asserts that none of its processes is left.
+Each fixture stops what it started and asserts that none of its processes is left. They import the
+local stack (tests/local_stacks.py) only when a test asks for them: the unit layer, which loads this file
+too, never imports tools.local (tests/unit/test_architecture.py).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -28,10 +28,11 @@ import shop.adapters.aws
 import shop.runtime.config
 import shop.runtime.observability
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
-from tools.local.processes import live_children
-from tools.local.reader.template import Template, load_yaml
-from tools.local.services.emulators import LocalServices
-from tools.local.stack import LocalStack, StackOptions
+from tools.template import Template
+
+if TYPE_CHECKING:
+    from tools.local.services.emulators import LocalServices
+    from tools.local.stack import LocalStack
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -40,8 +41,6 @@ FAKE_CREDENTIALS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
-PROBE_FRAGMENT = Path(__file__).with_name("integration") / "probe" / "fragment.yaml"
-PROBE_FUNCTIONS = frozenset({"ProbeStreamFunction", "ProbeQueueFunction"})
 
 
 @pytest.fixture(scope="session")
@@ -100,69 +99,27 @@ def invoke(
     reset_process_state()
 
 
-# --- the local stack ------------------------------------------------------------------------------
-def assert_processes_gone(pids: list[int]) -> None:
-    left = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        left.append(pid)
-    assert not left, f"processes still running after stop: {left}"
-
-
-def probe_template_data() -> dict[str, Any]:
-    """template.yaml with the probe resources added (a copy: the file itself is not touched)."""
-    data = copy.deepcopy(Template.load().data)
-    data["Resources"].update(load_yaml(PROBE_FRAGMENT)["Resources"])
-    return data
-
-
-def start_stack(template: Template, options: StackOptions, services: LocalServices) -> LocalStack:
-    stack = LocalStack(template, options, services=services)
-    stack.start()
-    assert not stack.report.init_errors, f"functions failed to start: {stack.report.init_errors}"
-    return stack
-
-
-def stop_stack(stack: LocalStack) -> None:
-    pids = stack.child_pids()
-    stack.stop()
-    assert_processes_gone(pids)
-
-
+# --- the local stack (tests/local_stacks.py, imported only when a test asks for it) --------------------
 @pytest.fixture(scope="session")
 def local_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServices]:
-    services = LocalServices(tmp_path_factory.mktemp("local-services"))
-    services.start()
-    yield services
-    pids = services.child_pids()
-    services.stop()
-    assert_processes_gone(pids)
-    assert not live_children(), f"children of the test process still running: {live_children()}"
+    from tests import local_stacks
+
+    yield from local_stacks.services_session(tmp_path_factory.mktemp("local-services"))
 
 
 @pytest.fixture(scope="session")
 def local_stack(
     local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalStack]:
-    options = StackOptions(api_port=0, data_dir=tmp_path_factory.mktemp("local-stack"))
-    stack = start_stack(Template.load(), options, local_services)
-    yield stack
-    stop_stack(stack)
+    from tests import local_stacks
+
+    yield from local_stacks.stack_session(local_services, tmp_path_factory.mktemp("local-stack"))
 
 
 @pytest.fixture(scope="session")
 def probe_stack(
     local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalStack]:
-    options = StackOptions(
-        api_port=0,
-        data_dir=tmp_path_factory.mktemp("probe-stack"),
-        seed_file=None,
-        only_functions=PROBE_FUNCTIONS,
-    )
-    stack = start_stack(Template(probe_template_data(), stack_name="probe"), options, local_services)
-    yield stack
-    stop_stack(stack)
+    from tests import local_stacks
+
+    yield from local_stacks.probe_stack_session(local_services, tmp_path_factory.mktemp("probe-stack"))

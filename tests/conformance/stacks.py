@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import start_stack, stop_stack
-from tools.local.reader.template import Template
+from tests.local_stacks import start_stack, stop_stack
 from tools.local.runtime.functions import InvocationResult
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import Template
 
 HOLD_SECONDS_LIMIT = 30
 

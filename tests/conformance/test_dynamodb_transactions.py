@@ -23,8 +23,8 @@ from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from tests.conftest import reset_process_state
-from tools.local.reader.template import REGION, Template
 from tools.local.services.emulators import FAKE_CREDENTIALS, AwsClients, LocalServices
+from tools.template import REGION, Template
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import pytest
 import requests
 
 from tests.integration.conftest import start_stack, stop_stack
-from tools.local.reader.template import ROOT, TEMPLATE_PATH, Template
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import ROOT, TEMPLATE_PATH, Template
 
 DOC = (ROOT / "docs" / "extending.md").read_text()
 RECEIPT_SECONDS = 20.0  # a bound on waiting, not a speed target

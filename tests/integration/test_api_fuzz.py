@@ -12,8 +12,8 @@ import requests
 from tools.chaos import openapi
 from tools.chaos.fuzz import fuzz
 from tools.local.pollers.event_sources import read_event_sources
-from tools.local.reader.template import Template
 from tools.local.stack import LocalStack
+from tools.template import Template
 
 FUZZ_REQUESTS = 150
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tools.local.reader.artefacts import build_for_host
-from tools.local.reader.template import ROOT, Template, load_yaml
+from tools.template import ROOT, Template, load_yaml
 
 BUILD_DIR = ROOT / ".aws-sam" / "build"
 

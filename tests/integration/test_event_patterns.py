@@ -15,7 +15,7 @@ import pytest
 
 from tools.local.pollers.event_sources import read_event_sources
 from tools.local.pollers.patterns import PatternError, matches, parse_pattern
-from tools.local.reader.template import Template, TemplateError
+from tools.template import Template, TemplateError
 
 OUTBOX_INSERT: dict[str, Any] = {
     "eventName": "INSERT",

@@ -25,10 +25,10 @@ from tests.support import load_event, stream_table_resource
 from tools.local.console.activity import Invocation
 from tools.local.invoke import invoke, write_state
 from tools.local.processes import StartupError, live_children
-from tools.local.reader.template import ROOT, Template
 from tools.local.runtime.functions import function_environment
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import ROOT, Template
 
 HTTP_TIMEOUT = 10
 STREAM_SECONDS = 15

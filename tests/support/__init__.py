@@ -10,8 +10,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tools.local.reader.template import ROOT, FunctionSpec
-from tools.local.runtime.context import LambdaContext
+from tests.support.context import LambdaContext
+from tools.template import ROOT, FunctionSpec
 
 EVENTS_DIR = ROOT / "events"
 

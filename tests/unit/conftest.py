@@ -12,7 +12,7 @@ from moto import mock_aws
 from pytest_socket import disable_socket, enable_socket
 
 from tests.conftest import reset_process_state
-from tools.local.reader.template import Template
+from tools.template import Template
 
 # The X-Ray SDK opens its (unconnected) UDP emitter socket at import: import it before sockets close.
 import aws_xray_sdk.core  # noqa: F401  isort: skip

@@ -6,6 +6,11 @@ TYPE_CHECKING blocks too, relative ones resolved) of every module.
     shop.adapters  never shop.runtime
     operations     imported only by operations/, tools/ and the tests that exercise it: no shipped code
                    (the layer, the functions) and no other code depends on operator commands
+    tests/unit     the product's unit tests stand alone: of tools/ they import only the template reader
+                   (tools.template), never the local stack, chaos, bench or docs tooling; of tests/ only
+                   their own modules, tests/support and tests/conftest.py. tests/conftest.py is held to
+                   the same rule for what loading it runs (its local-stack fixtures import the stack only
+                   when a test asks for one).
 and the key design stays in one module: no shipped or operator code but shop/adapters/keys.py spells a
 key prefix.
 """
@@ -19,11 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from tools.local.reader.template import ROOT
+from tools.template import ROOT
 
 SHOP = ROOT / "layers" / "shared" / "shop"
 DOMAIN_NEVER = ("boto3", "botocore", "aws_lambda_powertools", "shop.adapters", "shop.runtime")
 KEY_PREFIXES = ("ORDER#", "REQUEST#", "SKU#", "RESERVATION#", "OUTBOX#")
+PRODUCT_TEST_MODULES = ("tests.unit", "tests.support", "tests.conftest")
 NOT_PROJECT_CODE = {".venv", ".venv-scan", ".aws-sam", ".mutation", "node_modules", ".git"}
 
 
@@ -32,11 +38,28 @@ def module_name(path: Path, source_root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, source_root: Path) -> Iterator[str]:
-    """Every module an import statement of `path` names; `from a import b` names a and a.b."""
+def run_when_loaded(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes under `node` that importing the module executes: not function bodies, not the body of
+    an `if TYPE_CHECKING:` block."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(child, ast.If) and ast.unparse(child.test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}:
+            for statement in child.orelse:
+                yield statement
+                yield from run_when_loaded(statement)
+            continue
+        yield child
+        yield from run_when_loaded(child)
+
+
+def imports(path: Path, source_root: Path, when_loaded: bool = False) -> Iterator[str]:
+    """Every module an import statement of `path` names; `from a import b` names a and a.b. With
+    `when_loaded`, only the statements importing `path` runs."""
     module = module_name(path, source_root)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in run_when_loaded(tree) if when_loaded else ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -53,11 +76,13 @@ def within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
-def violations(files: list[Path], source_root: Path, forbidden: Callable[[str], bool]) -> list[str]:
+def violations(
+    files: list[Path], source_root: Path, forbidden: Callable[[str], bool], when_loaded: bool = False
+) -> list[str]:
     return sorted(
         f"{path.relative_to(source_root)} imports {name}"
         for path in files
-        for name in set(imports(path, source_root))
+        for name in set(imports(path, source_root, when_loaded))
         if forbidden(name)
     )
 
@@ -71,6 +96,14 @@ def domain_may_not_import(name: str) -> bool:
 
 def adapters_may_not_import(name: str) -> bool:
     return within(name, "shop.runtime")
+
+
+def product_tests_may_not_import(name: str) -> bool:
+    if within(name, "tools"):
+        return name != "tools" and not within(name, "tools.template")
+    if within(name, "tests"):
+        return name != "tests" and not any(within(name, own) for own in PRODUCT_TEST_MODULES)
+    return False
 
 
 def python_files(root: Path) -> list[Path]:
@@ -99,6 +132,16 @@ def test_only_operator_code_tools_and_their_tests_import_operations():
     assert any(path.is_relative_to(SHOP) for path in outside)
     assert any(path.is_relative_to(ROOT / "functions") for path in outside)
     assert violations(outside, ROOT, lambda name: within(name, "operations")) == []
+
+
+def test_product_unit_tests_import_no_tooling_but_the_template_reader():
+    files = [*python_files(ROOT / "tests" / "unit"), *python_files(ROOT / "tests" / "support")]
+    assert len(files) >= 15
+    assert violations(files, ROOT, product_tests_may_not_import) == []
+    # tests/conftest.py is loaded for every layer: what loading it runs obeys the same rule.
+    conftest = [ROOT / "tests" / "conftest.py"]
+    assert "tools.template" in set(imports(conftest[0], ROOT, when_loaded=True))
+    assert violations(conftest, ROOT, product_tests_may_not_import, when_loaded=True) == []
 
 
 def spelled_key_prefixes(path: Path) -> list[str]:
@@ -179,3 +222,63 @@ def test_an_adapter_importing_the_runtime_is_caught(package: Path, statement: st
     module.write_text(f"import boto3\nfrom shop.domain.orders import Order\n{statement}\n")
 
     assert violations([module], package, adapters_may_not_import) != []
+
+
+def product_test_module(root: Path, relative: str, statement: str) -> Path:
+    """A module under root/tests that imports what product tests may, then `statement`."""
+    module = root / relative
+    module.parent.mkdir(parents=True, exist_ok=True)
+    allowed = [
+        "import tools",
+        "import tests.conftest",
+        "from tools.template import Template",
+        "from tests.support import ROOT",
+        "from tests.unit.fakes import F",
+    ]
+    module.write_text("\n".join([*allowed, statement, ""]))
+    return module
+
+
+def test_a_product_test_importing_the_template_reader_and_test_support_passes(tmp_path: Path):
+    module = product_test_module(tmp_path, "tests/unit/test_x.py", "from tools.template.reader import ROOT")
+
+    assert violations([module], tmp_path, product_tests_may_not_import) == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from tools.local.runtime.context import LambdaContext",
+        "import tools.bench.write_cost",
+        "from tools import docs",
+        "from tools.chaos.harness import run",
+        "from tests.local_stacks import start_stack",
+        "from tests.integration.conftest import stop_stack",
+        "def later():\n    from tools.local.stack import LocalStack",
+        "if TYPE_CHECKING:\n    from tools.local.stack import LocalStack",
+    ],
+)
+def test_a_product_test_importing_tooling_is_caught(tmp_path: Path, statement: str):
+    module = product_test_module(tmp_path, "tests/unit/test_x.py", statement)
+
+    assert violations([module], tmp_path, product_tests_may_not_import) != []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "def later():\n    from tools.local.stack import LocalStack",
+        "if TYPE_CHECKING:\n    from tools.local.stack import LocalStack\nelse:\n    pass",
+    ],
+)
+def test_a_conftest_may_import_tooling_when_a_fixture_runs_but_not_when_loaded(
+    tmp_path: Path, statement: str
+):
+    module = product_test_module(tmp_path, "tests/conftest.py", statement)
+    assert violations([module], tmp_path, product_tests_may_not_import, when_loaded=True) == []
+
+    module.write_text(f"{module.read_text()}from tools.local.stack import StackOptions\n")
+    assert violations([module], tmp_path, product_tests_may_not_import, when_loaded=True) == [
+        "tests/conftest.py imports tools.local.stack",
+        "tests/conftest.py imports tools.local.stack.StackOptions",
+    ]

@@ -22,7 +22,7 @@ from shop.domain.orders import Order, OrderLine, OrderService, OrderStatus, Plac
 from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import Settings
 from tests.support import LambdaContext, load_event
-from tools.local.reader.template import Template
+from tools.template import Template
 
 INVENTORY = "InventoryFunction"
 ORDER_STATUS = "OrderStatusFunction"

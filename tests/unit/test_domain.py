@@ -1,15 +1,22 @@
-"""Domain rules that need no AWS: envelope, event ids, sizes, chunking, transitions, key design."""
+"""Domain rules that need no AWS: envelope, event ids, sizes, chunking, transitions, key design, the
+outbox item, and the event types and statuses the domain declares (docs/events.md is generated from them)."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
+from types import ModuleType
 
 import pytest
 
 from shop.adapters import keys
+from shop.adapters.outbox_items import outbox_item
+from shop.domain import inventory, orders
 from shop.domain.envelope import CloudEvent, entry_size, event_id_for
 from shop.domain.errors import IllegalTransition, InvalidEnvelope
+from shop.domain.event_types import EVENT_TYPES, ORDER_STATUSES, RESERVATION_STATUSES
+from shop.domain.inventory import ReservationStatus
 from shop.domain.orders import Order, OrderLine, OrderStatus, PlaceOrder
 from shop.domain.outbox import OutboxEntry
 from shop.domain.publishing import ordered_chunks
@@ -113,3 +120,50 @@ def test_outbox_time_buckets_cover_every_hour_and_shard_of_a_window():
     assert attrs["outboxBucket"]["S"] in buckets
     low, high = keys.outbox_time_bounds(start, end)
     assert low <= attrs["outboxTime"]["S"] <= high
+
+
+def test_outbox_item_carries_only_what_relay_replay_and_checks_read() -> None:
+    event = CloudEvent.new(
+        source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+    )
+    item = outbox_item(event, "ORDER#o-1", ttl_days=16, time_shards=8, max_event_bytes=262144)
+    assert set(item) == {
+        "PK",
+        "SK",
+        "envelope",
+        "eventId",
+        "eventType",
+        "aggregateId",
+        "sequence",
+        "outboxBucket",
+        "outboxTime",
+        "expiresAt",
+    }
+    assert item["outboxTime"]["S"] == event.time  # index sort keys need not be unique: no id suffix
+
+
+def test_outbox_time_bounds_find_items_with_and_without_the_former_id_suffix() -> None:
+    moment = datetime(2026, 1, 1, 11, 30, tzinfo=UTC)
+    low, high = keys.outbox_time_bounds(moment, moment)
+    current = keys.outbox_time_attributes(moment, "e-1", 4)[keys.OUTBOX_TIME]["S"]
+    assert low <= current <= high
+    assert low <= f"{current}#e-1" <= high
+
+
+def camel_case_constants(module: ModuleType) -> set[str]:
+    return {
+        value
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"(?:[A-Z][a-z]+){2,}", value)
+    }
+
+
+def test_every_event_type_and_source_the_domain_names_is_declared():
+    declared = {t.name for t in EVENT_TYPES}
+    assert camel_case_constants(orders) | camel_case_constants(inventory) == declared
+    assert {orders.EVENT_SOURCE, inventory.EVENT_SOURCE} == {t.source for t in EVENT_TYPES}
+
+
+def test_declared_statuses_are_the_domains():
+    assert tuple(OrderStatus) == ORDER_STATUSES
+    assert set(RESERVATION_STATUSES) == set(ReservationStatus) - {ReservationStatus.CANCELLED}

@@ -39,7 +39,7 @@ from shop.domain.orders import (
 from shop.runtime.config import Settings
 from tests.support import json_body, load_event
 from tests.unit.fakes import WritesRefused
-from tools.local.reader.template import Template
+from tools.template import Template
 
 API = "OrdersApiFunction"
 CALLER = "arn:aws:iam::123456789012:user/alice"

@@ -13,9 +13,7 @@ import pytest
 from shop.adapters import keys
 from shop.domain.principals import ANONYMOUS_CALLER, idempotency_caller
 from tests.support import header, json_body, load_event, load_handler_module
-from tools.local.gateway.server import DEFAULT_LOCAL_CALLER, RouteTable, local_caller_arn, proxy_event
-from tools.local.pollers.event_sources import read_event_sources
-from tools.local.reader.template import ACCOUNT, Template
+from tools.template import Template
 
 API = "OrdersApiFunction"
 ALICE = "arn:aws:iam::123456789012:user/alice"
@@ -224,47 +222,3 @@ def test_cognito_identities_behind_one_role_keep_their_keys_apart():
 
     assert one != other
     assert one == idempotency_caller(user_arn=role_session, cognito_identity_id="us-east-1:aaaa")
-
-
-def local_event(template: Template, extra_headers: list[tuple[str, str]]) -> dict[str, Any]:
-    """POST /orders through the local API's event builder, with the template's route."""
-    routes = [r for r in read_event_sources(template).routes if r.function == API]
-    table = RouteTable(routes, {route.api: "dev" for route in routes})
-    found = table.match("POST", "/dev/orders")
-    assert found is not None
-    route, parameters, resource_path = found
-    body = load_event("api_create_order.json")["body"]
-    return proxy_event(
-        method="POST",
-        raw_path="/dev/orders",
-        resource_path=resource_path,
-        route=route,
-        path_parameters=parameters,
-        query="",
-        header_pairs=[
-            ("Content-Type", "application/json"),
-            ("Idempotency-Key", "local-key-1"),
-            *extra_headers,
-        ],
-        body=body.encode(),
-        source_ip="127.0.0.1",
-        api_id="local-api",
-    )
-
-
-def test_the_local_api_gives_each_request_an_iam_identity_named_by_x_local_caller(template, api):
-    default = local_event(template, [])
-    carol = local_event(template, [("x-local-caller", "carol")])
-
-    assert default["requestContext"]["identity"]["userArn"] == local_caller_arn(DEFAULT_LOCAL_CALLER)
-    assert local_caller_arn(DEFAULT_LOCAL_CALLER) == f"arn:aws:iam::{ACCOUNT}:user/local-user"
-    assert carol["requestContext"]["identity"]["userArn"] == f"arn:aws:iam::{ACCOUNT}:user/carol"
-    assert carol["requestContext"]["identity"]["accountId"] == ACCOUNT
-    # And the order API keeps their keys apart: same key and body, two orders; a retry replays.
-    first_default = api(default)
-    first_carol = api(carol)
-    carol_again = api(local_event(template, [("X-Local-Caller", "carol")]))
-    assert first_default["statusCode"] == first_carol["statusCode"] == 201
-    assert json_body(first_default)["orderId"] != json_body(first_carol)["orderId"]
-    assert header(carol_again, "Idempotent-Replayed") == "true"
-    assert json_body(carol_again)["orderId"] == json_body(first_carol)["orderId"]

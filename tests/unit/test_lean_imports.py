@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from shop.runtime.lean_imports import POWERTOOLS_PACKAGES, reexports
-from tools.local.reader.template import ROOT
+from tools.template import ROOT
 
 
 def fresh_interpreter(code: str) -> dict[str, object]:

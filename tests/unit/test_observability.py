@@ -24,7 +24,7 @@ from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from shop.runtime.observability import logger
 from tests.support import load_event
-from tools.local.reader.template import Template
+from tools.template import Template
 
 API = "OrdersApiFunction"
 RELAY = "OutboxRelayFunction"

@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 import shop.adapters.aws
 import shop.adapters.dynamo
 from tests.support import header, json_body, load_event
-from tools.local.reader.template import Template
+from tools.template import Template
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from shop.domain.envelope import CloudEvent
 from shop.runtime.config import Settings
 from tests.support import load_event
 from tests.unit.fakes import FaultyEventBridge
-from tools.local.reader.template import Template
+from tools.template import Template
 
 RELAY = "OutboxRelayFunction"
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/local-OrdersTable/stream/2026-11-21T00:00:00.000"

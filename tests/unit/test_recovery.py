@@ -28,7 +28,7 @@ from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord
 from shop.runtime.config import Settings
 from tests.unit.fakes import FaultyEventBridge
-from tools.local.reader.template import Template
+from tools.template import Template
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 

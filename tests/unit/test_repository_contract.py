@@ -44,7 +44,7 @@ from shop.domain.orders import (
 )
 from shop.runtime.config import Settings
 from tests.support.memory import InMemoryInventoryRepository, InMemoryOrderRepository
-from tools.local.reader.template import Template
+from tools.template import Template
 
 MAX_EVENT_BYTES = 4096  # small enough for a test to exceed, large enough for every event below
 CALLER = "arn:aws:iam::123456789012:user/alice"

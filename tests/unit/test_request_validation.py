@@ -18,7 +18,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from tests.support import json_body, load_event, load_handler_module
-from tools.local.reader.template import Template
+from tools.template import Template
 
 FUNCTION = "OrdersApiFunction"
 NOT_AN_OBJECT = "Input should be a valid dictionary or object to extract fields from"

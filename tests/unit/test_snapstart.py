@@ -20,7 +20,7 @@ from samcli.lib.cfn_language_extensions.api import process_template  # type: ign
 from samtranslator.translator.transform import transform  # type: ignore[import-untyped]
 
 from shop.runtime import snapstart
-from tools.local.reader.template import ROOT, TEMPLATE_PATH, Template, load_yaml
+from tools.template import ROOT, TEMPLATE_PATH, Template, load_yaml
 
 ALIAS = "live"
 

@@ -20,7 +20,7 @@ from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from tests.support import json_body, load_event
-from tools.local.reader.template import ROOT, Template, parse_yaml
+from tools.template import ROOT, Template, parse_yaml
 
 # The README links to docs/; the promises about the template live in these pages.
 DOCS = {
@@ -754,7 +754,7 @@ def test_every_checkov_skip_is_in_one_config_with_its_reason_and_the_expanded_te
         assert "checkov" not in resource.get("Metadata", {}), name
     # checkov does not expand Fn::ForEach: the Makefile scans SAM CLI's expansion, with this config.
     makefile = (ROOT / "Makefile").read_text()
-    assert "tools.local.reader.expand template.yaml $(EXPANDED)" in makefile
+    assert "tools.template.expand template.yaml $(EXPANDED)" in makefile
     assert "--config-file .checkov.yaml --file $(EXPANDED)" in makefile
     assert "--soft-fail" not in makefile
 

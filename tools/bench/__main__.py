@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tools.local.reader.artefacts import build_for_host
-from tools.local.reader.template import ROOT
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import ROOT
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 

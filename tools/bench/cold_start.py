@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.local.reader.template import Template
+from tools.template import Template
 
 _TIMER = (
     "import sys, time\n"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.local.reader.template import ROOT
+from tools.template import ROOT
 
 PRICES_DATE = "2026-11-21"
 PRICES = {

@@ -24,8 +24,8 @@ from typing import Any
 import boto3
 
 from tools.bench.baseline_relay import baseline_handler
-from tools.local.reader.template import ROOT, Template
 from tools.local.runtime.context import LambdaContext
+from tools.template import ROOT, Template
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import boto3
 
-from tools.local.reader.template import ROOT, Template
 from tools.local.runtime.context import LambdaContext
+from tools.template import ROOT, Template
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 

@@ -37,9 +37,9 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tools.chaos import openapi
-from tools.local.reader.template import ROOT
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import ROOT
 
 CHECKS = [
     not_a_server_error,

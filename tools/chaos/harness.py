@@ -62,9 +62,9 @@ from tools.chaos.plan import (
 )
 from tools.local.console.activity import Invocation
 from tools.local.pollers.event_sources import read_event_sources
-from tools.local.reader.template import ROOT, Template
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import ROOT, Template
 
 FAULTS_MODULE = Path(__file__).with_name("faults.py")
 DEFAULT_OUT_DIR = ROOT / ".chaos"

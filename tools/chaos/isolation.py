@@ -34,9 +34,9 @@ from tools.chaos.bus import BusCapture, NotificationCapture, queue_depth
 from tools.chaos.check import canonical_item, parked_key, parked_poison, read_dlq
 from tools.chaos.harness import ChaosConfig, chaos_template, relay_poison_queue
 from tools.local.console.activity import Invocation
-from tools.local.reader.template import Template
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import Template
 
 PROBE_SOURCE = "chaos.isolation"
 PROBE_TYPE = "IsolationProbe"

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.local.reader.template import ROOT, Template
+from tools.template import ROOT, Template
 
 DOCUMENT = Path(__file__).with_name("openapi.json")
 FUNCTION = "OrdersApiFunction"

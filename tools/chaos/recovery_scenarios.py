@@ -62,9 +62,9 @@ from tools.chaos.harness import ChaosConfig, Live, Run, relay_poison_queue
 from tools.chaos.harness import run as run_chaos
 from tools.chaos.isolation import parked_messages, probe_items, write_items
 from tools.local.pollers.event_sources import read_event_sources
-from tools.local.reader.template import REGION, ROOT, Template
 from tools.local.services.emulators import FAKE_CREDENTIALS, LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import REGION, ROOT, Template
 
 RELAY = "OutboxRelayFunction"
 REFUSALS_MODULE = Path(refusals.__file__)

@@ -12,5 +12,5 @@
 
 Modules: cfn (the expanded template and what it grants), schema (TypedDict -> JSON Schema),
 reference, asyncapi, pages (which file holds what), domain (the one place that imports `shop`).
-tests/unit/test_generated_docs.py checks that the committed files are what this package generates.
+tools/docs/tests/test_generated_docs.py checks that the committed files are what this package generates.
 """

@@ -24,9 +24,9 @@ from tools.local.console.render import Console
 from tools.local.console.summary import startup_summary
 from tools.local.invoke import invoke, write_state
 from tools.local.processes import StartupError
-from tools.local.reader.template import TemplateError
 from tools.local.runtime.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
 from tools.local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
+from tools.template import TemplateError
 
 STATE_FILE = DEFAULT_DATA_DIR / "stack.json"
 _WATCH_SECONDS = 0.5

@@ -16,10 +16,10 @@ from typing import Any
 
 from tools.local.console.render import Console
 from tools.local.processes import accepts_connections
-from tools.local.reader.template import Template
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult, function_environment
 from tools.local.services.emulators import Endpoints
 from tools.local.stack import LocalStack, StackOptions
+from tools.template import Template
 
 
 def write_state(stack: LocalStack, path: Path) -> None:

@@ -30,7 +30,6 @@ from tools.local.pollers.queue_poller import QueuePoller
 from tools.local.pollers.stream_poller import StreamPoller
 from tools.local.processes import StartupError
 from tools.local.reader.permissions import tables_written
-from tools.local.reader.template import ROOT, Template
 from tools.local.runtime.functions import (
     FunctionError,
     FunctionRuntime,
@@ -42,6 +41,7 @@ from tools.local.runtime.launchers import ForkServer, Launcher, shared_environme
 from tools.local.services.emulators import AwsClients, Endpoints, LocalServices
 from tools.local.services.provisioning import SEED_FILE, Provisioner, ProvisioningReport
 from tools.local.services.topics import TopicWatcher
+from tools.template import ROOT, Template
 
 DEFAULT_DATA_DIR = ROOT / ".local-data"
 _JOIN_SECONDS = 3.0

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools.local.console.render import Console, short_name
 from tools.local.pollers import queue_poller
-from tools.local.reader.template import ROOT
+from tools.template import ROOT
 
 if TYPE_CHECKING:
     from tools.local.pollers.event_sources import ApiRoute

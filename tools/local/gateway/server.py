@@ -28,8 +28,8 @@ from urllib.parse import parse_qsl, urlsplit
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.pollers.event_sources import ApiRoute
 from tools.local.processes import LOOPBACK, StartupError, ensure_port_free
-from tools.local.reader.template import ACCOUNT
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
+from tools.template import ACCOUNT
 
 _PARAMETER = re.compile(r"\{([^}]+)\}")
 _MISSING_TOKEN = {"message": "Missing Authentication Token"}

@@ -2,5 +2,5 @@
 ParallelizationFactor, OnFailure), SQS pollers (batches, partial responses, throttling), FilterCriteria,
 checkpoints and OnFailure destinations. Each behaviour cites its AWS page; tests/conformance checks it.
 
-Imports: tools.local.reader, tools.local.runtime and tools.local.console.activity.
+Imports: tools.template, tools.local.runtime and tools.local.console.activity.
 """

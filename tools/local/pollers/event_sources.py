@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.local.pollers.patterns import PatternError, parse_pattern
-from tools.local.reader.template import Template, TemplateError
+from tools.template import Template, TemplateError
 
 IMPLICIT_API = "ServerlessRestApi"
 

@@ -38,10 +38,10 @@ from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.pollers.event_sources import QueueSource
 from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
-from tools.local.reader.template import REGION
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 from tools.local.services.emulators import FAKE_CREDENTIALS
 from tools.local.services.json_api import JsonApi
+from tools.template import REGION
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

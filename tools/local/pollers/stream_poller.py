@@ -55,10 +55,10 @@ from tools.local.pollers.destinations import FailureDestinations, UnsupportedDes
 from tools.local.pollers.event_sources import StreamSource
 from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
-from tools.local.reader.template import ACCOUNT, REGION
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 from tools.local.services.emulators import FAKE_CREDENTIALS
 from tools.local.services.json_api import JsonApi
+from tools.template import ACCOUNT, REGION
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient

@@ -1,6 +1,5 @@
-"""Reading the template: template.yaml as SAM CLI reads it (loop expansion, Globals, intrinsics) and the
-built artefacts of `sam build`.
+"""What the stack reads besides the template: the built artefacts of `sam build` and which tables a
+function's role may write. The template itself is read by tools.template (SAM CLI's own reader).
 
-Everything else in tools.local learns what to run from here. Imports: the standard library, SAM CLI's
-own reader and nothing else of tools.local.
+Imports: the standard library and tools.template; nothing else of tools.local.
 """

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.local.reader.template import ROOT
+from tools.template import ROOT
 
 SAM = Path(sys.executable).parent / "sam"
 _HOST_ARCH = {"x86_64": "x86_64", "AMD64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}[platform.machine()]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
-from tools.local.reader.template import Template
+from tools.template import Template
 
 # IAM actions that write items (TransactWriteItems is authorised as the Put/Update/Delete it contains,
 # and is listed for policies that name it anyway).

@@ -6,7 +6,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from tools.local.reader.template import ACCOUNT, REGION
+from tools.template import ACCOUNT, REGION
 
 
 @dataclass

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tools.local.reader.template import REGION, FunctionSpec
 from tools.local.runtime.launchers import (
     Launcher,
     LaunchError,
@@ -35,6 +34,7 @@ from tools.local.runtime.launchers import (
     WorkerProcess,
 )
 from tools.local.services.emulators import FAKE_CREDENTIALS, Endpoints
+from tools.template import REGION, FunctionSpec
 
 # Lambda allows 10 s for the init phase of an on-demand environment.
 INIT_TIMEOUT_SECONDS = 10.0

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tools.local.processes import ChildProcess
-from tools.local.reader.template import ROOT
+from tools.template import ROOT
 
 # The fork server imports the shared packages before it answers its first request.
 FORK_SERVER_TIMEOUT_SECONDS = 60.0

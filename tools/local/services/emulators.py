@@ -25,7 +25,7 @@ from tools.local.processes import (
     ensure_port_free,
     free_port,
 )
-from tools.local.reader.template import REGION, ROOT
+from tools.template import REGION, ROOT
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

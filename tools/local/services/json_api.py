@@ -20,7 +20,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from tools.local.reader.template import REGION
+from tools.template import REGION
 
 # As the stack's boto3 clients (emulators._CLIENT_CONFIG): 10 s reads, 3 attempts on a dropped
 # connection or a server error.

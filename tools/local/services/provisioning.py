@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from tools.local.reader.template import REGION, ROOT, Template, TemplateError
 from tools.local.services.emulators import FAKE_CREDENTIALS, AwsClients
+from tools.template import REGION, ROOT, Template, TemplateError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tools.local.reader.permissions import tables_written
-from tools.local.reader.template import Template
+from tools.template import Template
 
 TABLE = {"Type": "AWS::DynamoDB::Table", "Properties": {}}
 

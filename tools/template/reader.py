@@ -1,6 +1,6 @@
 """Reads template.yaml, the single source of truth for resource definitions, for tests and the local stack.
 
-A template is read the way SAM CLI reads it (tools/local/README.md, "How the template is read"):
+A template is read the way SAM CLI reads it (tools/template/README.md):
 1. `samcli.yamlhelper.yaml_parse` (CloudFormation's short-form tags);
 2. SAM CLI's AWS::LanguageExtensions code (`samcli.lib.cfn_language_extensions`) expands Fn::ForEach and
    resolves the Fn::FindInMap lookups that need no parameter, as CloudFormation's transform does before
@@ -48,7 +48,7 @@ from samcli.lib.intrinsic_resolver.invalid_intrinsic_exception import (  # type:
 from samcli.lib.samlib.wrapper import SamTranslatorWrapper  # type: ignore[import-untyped]
 from samcli.yamlhelper import yaml_parse  # type: ignore[import-untyped]
 
-ROOT = Path(__file__).resolve().parents[3]  # the repository (tools/local/reader/template.py)
+ROOT = Path(__file__).resolve().parents[2]  # the repository (tools/template/reader.py)
 TEMPLATE_PATH = ROOT / "template.yaml"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -107,7 +107,7 @@ def expand_language_extensions(data: dict[str, Any]) -> dict[str, Any]:
 
     Only those two: SAM CLI's full pipeline (`expand_language_extensions`) also resolves parameters and
     pseudo parameters into the resources, which would freeze them, and its partial Fn::Sub resolution
-    returns a plain string with the resource placeholders left in it (tools/local/README.md).
+    returns a plain string with the resource placeholders left in it (tools/template/README.md).
     """
     if not check_using_language_extension(data) or not _contains_for_each(data):
         return data

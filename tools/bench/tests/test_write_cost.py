@@ -1,14 +1,14 @@
-"""Write cost pins: the items the saga writes, their sizes against the 1 KB write-unit boundary, and
-the AWS write units the bench's meter (tools/bench/write_cost.py) bills for them.
+"""The bench's write-cost meter (tools/bench/write_cost.py), and what it measures pinned: the items a
+confirmed order writes, their sizes against the 1 KB write-unit boundary, and the AWS write units.
 
-A regression here raises the DynamoDB bill silently (docs/performance.md, "Write cost"): an attribute
-added to the outbox item, a write more per event, an index more per item.
+A regression here raises the DynamoDB bill silently (docs/performance.md, "Write cost"): a write more
+per event, an index more per item, an item over 1 KB. The outbox item's attributes are pinned with the
+domain's rules, in tests/unit/test_domain.py.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -17,7 +17,6 @@ from shop.adapters import aws as shop_aws
 from shop.adapters import keys
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
-from shop.adapters.outbox_items import outbox_item
 from shop.domain.envelope import CloudEvent
 from shop.domain.inventory import InventoryService
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
@@ -25,7 +24,7 @@ from shop.domain.saga import OrderStatusPolicy
 from shop.runtime import config
 from shop.runtime.config import Settings
 from tools.bench.write_cost import TYPICAL_TRACE_HEADER, DynamoMeter, index_writes, item_size, units
-from tools.local.reader.template import Template
+from tools.template import Template
 
 # A typical order: two lines, as the bench places it.
 COMMAND = PlaceOrder("c-bench", "USD", (OrderLine("SKU-A", 1, 100), OrderLine("SKU-B", 2, 250)))
@@ -57,34 +56,6 @@ def test_index_writes_count_entries_entered_moved_and_left() -> None:
     assert index_writes(index, key, {**key, "x": {"S": "1"}}, {**key, "x": {"S": "1"}}) == []
     assert len(index_writes(index, key, {**key, "x": {"S": "1"}}, {**key, "x": {"S": "2"}})) == 2  # moved
     assert len(index_writes(index, key, {**key, "x": {"S": "1"}}, {**key})) == 1  # left
-
-
-def test_outbox_item_carries_only_what_relay_replay_and_checks_read() -> None:
-    event = CloudEvent.new(
-        source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
-    )
-    item = outbox_item(event, "ORDER#o-1", ttl_days=16, time_shards=8, max_event_bytes=262144)
-    assert set(item) == {
-        "PK",
-        "SK",
-        "envelope",
-        "eventId",
-        "eventType",
-        "aggregateId",
-        "sequence",
-        "outboxBucket",
-        "outboxTime",
-        "expiresAt",
-    }
-    assert item["outboxTime"]["S"] == event.time  # index sort keys need not be unique: no id suffix
-
-
-def test_outbox_time_bounds_find_items_with_and_without_the_former_id_suffix() -> None:
-    moment = datetime(2026, 1, 1, 11, 30, tzinfo=UTC)
-    low, high = keys.outbox_time_bounds(moment, moment)
-    current = keys.outbox_time_attributes(moment, "e-1", 4)[keys.OUTBOX_TIME]["S"]
-    assert low <= current <= high
-    assert low <= f"{current}#e-1" <= high
 
 
 def test_a_confirmed_order_writes_these_items_and_no_more(settings: Settings) -> None:

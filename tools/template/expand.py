@@ -1,10 +1,10 @@
 """Write a template with its Fn::ForEach loops expanded, for scanners that do not expand them (checkov).
 
-    python -m tools.local.reader.expand [TEMPLATE] [OUTPUT]
+    python -m tools.template.expand [TEMPLATE] [OUTPUT]
     (default: template.yaml → .aws-sam/expanded/template.json)
 
-The expansion is SAM CLI's (tools.local.reader.template.load_yaml): every resource a loop generates is written
-out under its own logical ID, so a scan of the output covers each of them.
+The expansion is SAM CLI's (tools.template.load_yaml): every resource a loop generates is written out
+under its own logical ID, so a scan of the output covers each of them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tools.local.reader.template import ROOT, TEMPLATE_PATH, load_yaml
+from tools.template.reader import ROOT, TEMPLATE_PATH, load_yaml
 
 DEFAULT_OUTPUT = ROOT / ".aws-sam" / "expanded" / "template.json"
 

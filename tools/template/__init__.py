@@ -1,0 +1,30 @@
+"""template.yaml as SAM CLI reads it (loop expansion, Globals, intrinsics): tools/template/README.md.
+
+The one reader of the template for the product's tests and for every tool (the local stack, chaos,
+bench). Imports: the standard library and SAM CLI's own reader; nothing else of tools/, so the product's
+unit tests can read the template without the local stack.
+"""
+
+from tools.template.reader import (
+    ACCOUNT,
+    REGION,
+    ROOT,
+    TEMPLATE_PATH,
+    FunctionSpec,
+    Template,
+    TemplateError,
+    load_yaml,
+    parse_yaml,
+)
+
+__all__ = [
+    "ACCOUNT",
+    "REGION",
+    "ROOT",
+    "TEMPLATE_PATH",
+    "FunctionSpec",
+    "Template",
+    "TemplateError",
+    "load_yaml",
+    "parse_yaml",
+]
