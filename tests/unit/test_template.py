@@ -719,6 +719,8 @@ def test_the_consumer_and_each_alarm_kind_are_written_once():
                 yield from written(item)
 
     resources = list(written(raw["Resources"]))
+    outbox_tables = [r for r in resources if "StreamSpecification" in r["Properties"]]
+    assert [r["Type"] for r in outbox_tables] == ["AWS::DynamoDB::Table"]
     kinds = [r["Properties"].get("MetricName") for r in resources if r["Type"] == "AWS::CloudWatch::Alarm"]
     for metric in ("Errors", "Throttles", "ApproximateAgeOfOldestMessage"):
         assert kinds.count(metric) == 1, metric
