@@ -675,6 +675,7 @@ CONSUMER_RESOURCES = (
     "DeadLetterQueue",
     "Rule",
     "QueuePolicy",
+    "SourcePolicy",
     "FunctionRole",
     "Function",
     "LogGroup",
