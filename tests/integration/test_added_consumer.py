@@ -45,7 +45,7 @@ def with_receipt_consumer(text: str) -> str:
     """template.yaml plus the receipt consumer, as docs/extending.md says to add it."""
     assert text.count(LAST_ROW) == 1
     assert text.count(ALARMS_BANNER) == 1
-    assert text.count("Notification]") == 4, "the four collections of the consumer loops"
+    assert text.count("Notification]") == 5, "the five collections of the function and consumer loops"
     text = text.replace(LAST_ROW, LAST_ROW + documented_block("receipt-row"))
     text = text.replace(ALARMS_BANNER, documented_block("receipt-access") + "\n" + ALARMS_BANNER)
     return text.replace("Notification]", "Notification, Receipt]")

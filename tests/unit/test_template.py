@@ -184,6 +184,39 @@ def test_what_lambda_uses_follows_from_each_functions_configuration(template: Te
     assert {name: runtime_needs(template, name) for name in template.functions()} == documented
 
 
+def document_grants(documents: list[dict[str, Any]]) -> set[Grant]:
+    return {
+        (action, resource_name(resource))
+        for document in documents
+        for statement in as_list(document["Statement"])
+        for action in as_list(statement["Action"])
+        for resource in as_list(statement["Resource"])
+    }
+
+
+def test_each_mapping_is_created_after_the_grants_lambda_checks(template: Template):
+    # Lambda checks the execution role when it creates an event source mapping (reading the queue or
+    # the stream, sending to the OnFailure destination). A grant that comes from a policy resource
+    # rather than from the role itself must exist by then: the function depends on that policy.
+    for name in template.functions():
+        mapping_needs = {
+            (action, resource)
+            for action, resource in runtime_needs(template, name)
+            if action.split(":")[0] not in ("logs", "xray")  # used at run time, not checked up front
+        }
+        if not mapping_needs:
+            continue
+        role = role_of(template, name)
+        waits_for = set(as_list(template.resources[name].get("DependsOn", [])))
+        documents = [p["PolicyDocument"] for p in execution_role(template, name).get("Policies", [])]
+        documents += [
+            policy["Properties"]["PolicyDocument"]
+            for logical_id, policy in template.of_type("AWS::IAM::RolePolicy").items()
+            if policy["Properties"]["RoleName"] == {"Ref": role} and logical_id in waits_for
+        ]
+        assert mapping_needs <= document_grants(documents), name
+
+
 def test_wildcard_resources_only_where_aws_has_no_resource_level_permissions(template: Template):
     for name in template.functions():
         for action, resource in granted(template, name):
@@ -675,6 +708,7 @@ CONSUMER_RESOURCES = (
     "DeadLetterQueue",
     "Rule",
     "QueuePolicy",
+    "SourcePolicy",
     "FunctionRole",
     "Function",
     "LogGroup",
@@ -705,7 +739,7 @@ def test_each_function_is_named_by_its_row_in_logs_metrics_and_alarms(template: 
         assert template.properties(group)["LogGroupName"] == f"/{template.stack_name}/{service}", name
 
 
-def test_the_consumer_and_each_alarm_kind_are_written_once():
+def test_the_functions_roles_the_tables_the_consumer_and_each_alarm_kind_are_written_once():
     raw = parse_yaml(TEMPLATE_TEXT)  # before Fn::ForEach expansion
 
     def written(node: Any) -> Iterator[dict[str, Any]]:
@@ -719,6 +753,11 @@ def test_the_consumer_and_each_alarm_kind_are_written_once():
                 yield from written(item)
 
     resources = list(written(raw["Resources"]))
+    outbox_tables = [r for r in resources if "StreamSpecification" in r["Properties"]]
+    assert [r["Type"] for r in outbox_tables] == ["AWS::DynamoDB::Table"]
+    # every function's execution role and log group: one definition each
+    for kind in ("AWS::IAM::Role", "AWS::Logs::LogGroup"):
+        assert [r["Type"] for r in resources].count(kind) == 1, kind
     kinds = [r["Properties"].get("MetricName") for r in resources if r["Type"] == "AWS::CloudWatch::Alarm"]
     for metric in ("Errors", "Throttles", "ApproximateAgeOfOldestMessage"):
         assert kinds.count(metric) == 1, metric
