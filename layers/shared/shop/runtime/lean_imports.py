@@ -150,5 +150,5 @@ def defer_powertools_package_inits() -> None:
         load_on_first_use(name)
     if isinstance(sys.modules.get("asyncio"), _LoadedOnFirstUse):
         # A LogRecord reads asyncio.current_task() whenever asyncio is in sys.modules: the stand-in would be
-        # loaded by the first log line of every invocation's first request (25-40 ms of CPU), not saved.
-        logging.logAsyncioTasks = False
+        # loaded by the first log line of each execution environment (25-40 ms of CPU), not saved.
+        logging.logAsyncioTasks = False  # type: ignore[attr-defined]  # (3.12+, not in typeshed)
