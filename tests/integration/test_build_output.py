@@ -105,6 +105,6 @@ def test_built_artefacts_import_and_run_a_handler(x86_build: Path, template: Tem
         assert result.returncode == 0, f"{logical_id}: {result.stderr[-2000:]}"
         if logical_id == "OrdersApiFunction":
             response = json.loads(result.stdout.strip().splitlines()[-1])
-            # (validated by validation.py: the layer has no pydantic)
+            # (validated by jsonschema-rs, from the function's own requirements: the layer has no pydantic)
             assert response["statusCode"] == 422
             assert json.loads(response["body"])["error"]["code"] == "VALIDATION_FAILED"

@@ -93,6 +93,19 @@ def test_asyncio_is_not_run_until_used_and_then_is_the_real_module():
     }
 
 
+def test_logging_does_not_load_asyncio():
+    """A log record asks asyncio for its task's name when asyncio is in sys.modules, as the stand-in is."""
+    seen = fresh_interpreter(
+        "import sys, json, io\n"
+        "from aws_lambda_powertools import Logger\n"
+        "out = io.StringIO()\n"
+        "Logger(service='s', logger_handler=__import__('logging').StreamHandler(out)).info('a line')\n"
+        "print(json.dumps({'logged': json.loads(out.getvalue())['message'],\n"
+        "    'asyncio': 'asyncio.base_events' in sys.modules}))\n"
+    )
+    assert seen == {"logged": "a line", "asyncio": False}
+
+
 def test_every_reexported_name_is_the_object_its_submodule_defines():
     """Including data_classes.event_source: a decorator, in a submodule of the same name."""
     seen = fresh_interpreter(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -317,3 +318,87 @@ def test_unexpected_failure_is_a_500_without_internals(api):
     }
     assert "Traceback" not in response["body"]
     assert "local-OrdersTable" not in response["body"]
+
+
+REQUEST_ID = "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"  # requestContext.requestId of the sample events
+
+
+def unknown_route_event() -> dict[str, Any]:
+    event = load_event("api_get_order.json")
+    event["path"] = event["resource"] = "/nowhere"
+    event["pathParameters"] = None
+    return event
+
+
+def wrong_media_type_event() -> dict[str, Any]:
+    return load_event("api_create_order_wrong_content_type.json")
+
+
+def bad_key_event() -> dict[str, Any]:
+    return create_event(key="has spaces")
+
+
+@pytest.mark.parametrize(
+    ("event", "status", "code"),
+    [
+        (create_event, 201, None),
+        (unknown_route_event, 404, "ROUTE_NOT_FOUND"),
+        (wrong_media_type_event, 415, "UNSUPPORTED_MEDIA_TYPE"),
+        (bad_key_event, 400, "INVALID_HEADER"),
+        (lambda: load_event("api_create_order_invalid_fields.json"), 422, "VALIDATION_FAILED"),
+    ],
+    ids=["created", "unknown-route", "media-type", "bad-idempotency-key", "invalid-fields"],
+)
+def test_every_answer_carries_the_correlation_id(api, event, status, code):
+    request = event()
+    request["headers"]["X-Correlation-Id"] = "corr-every-answer"
+
+    response = api(request)
+
+    assert response["statusCode"] == status
+    assert header(response, "X-Correlation-Id") == "corr-every-answer"
+    if code is not None:
+        assert json_body(response)["error"]["code"] == code
+
+
+@pytest.mark.parametrize("given", [None, "", "has spaces", "x" * 129, "é"])
+def test_a_missing_or_malformed_correlation_id_is_replaced_by_the_request_id(api, given):
+    request = create_event()
+    del request["headers"]["X-Correlation-Id"]
+    if given is not None:
+        request["headers"]["X-Correlation-Id"] = given
+
+    assert header(api(request), "X-Correlation-Id") == REQUEST_ID
+
+
+def test_an_unexpected_failure_carries_the_correlation_id_too(api):
+    api(create_event(key="warm-up"))
+    with Stubber(shop.adapters.aws.dynamodb()) as stub:
+        stub.add_client_error("transact_write_items", service_error_code="InternalServerError")
+
+        response = api(create_event(key="boom"))
+
+    assert response["statusCode"] == 500
+    assert header(response, "X-Correlation-Id") == "corr-demo-0001"
+
+
+def test_headers_are_read_whatever_their_case(api, table_items):
+    request = create_event(key="lower-1")
+    request["headers"] = {k.lower(): v for k, v in request["headers"].items()}
+    request["multiValueHeaders"] = {k.lower(): v for k, v in request["multiValueHeaders"].items()}
+    request["headers"]["x-correlation-id"] = "corr-lower"
+
+    first = api(request)
+    replay = api(copy.deepcopy(request))
+
+    assert first["statusCode"] == 201
+    assert header(first, "X-Correlation-Id") == "corr-lower"
+    assert header(replay, "Idempotent-Replayed") == "true"  # idempotency-key was read
+
+
+def test_an_idempotency_key_that_is_not_printable_ascii_is_a_400(api, table_items):
+    response = api(create_event(key="x" * 256))
+
+    assert response["statusCode"] == 400
+    assert json_body(response)["error"]["code"] == "INVALID_HEADER"
+    assert table_items() == []

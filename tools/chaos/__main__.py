@@ -4,7 +4,8 @@
 writes .chaos/isolation.json.
 `make fuzz` (python -m tools.chaos fuzz): schemathesis against the local stack's API (REQUESTS=1000, SEED=7),
 writes .chaos/fuzz.json.
-`python -m tools.chaos openapi`: regenerate tools/chaos/openapi.json from the API's resolver.
+`python -m tools.chaos openapi`: regenerate tools/chaos/openapi.json from the API's resolver, and
+    functions/orders_api/request_schemas.json (the JSON Schemas the API validates with) from its contract.
 Recovery scenarios (tools/chaos/recovery_scenarios.py), each writes .chaos/<name>.json:
     `python -m tools.chaos full-batch`     one poison at position 3 of a full relay batch of 100
     `python -m tools.chaos stale-redrive`  redrive refuses a DLQ batch older than the outbox TTL
@@ -130,7 +131,8 @@ def main(argv: list[str]) -> int:
     if argv[1:] == ["fuzz"]:
         return fuzz_api()
     if argv[1:] == ["openapi"]:
-        print(f"wrote {openapi.relative(openapi.write())}")
+        for written in openapi.write():
+            print(f"wrote {openapi.relative(written)}")
         return 0
     if argv[1:]:
         print(

@@ -2,9 +2,10 @@
 (functions/orders_api/schemas.py: its routes with typed parameters), completed with what the
 resolver cannot know (the documented statuses, the error body, the order representation, the headers).
 
-`python -m tools.chaos openapi` rewrites openapi.json (beside this file); a test checks that the committed
-document is what this module generates and that its operations are exactly the routes of template.yaml.
-The fuzzer (tools/chaos/fuzz.py) reads the committed document.
+`python -m tools.chaos openapi` rewrites openapi.json (beside this file) and, from the same contract, the
+JSON Schemas the handler validates requests with (request_schemas.json beside schemas.py). Tests check
+that the committed files are what this module and the contract generate, and that the document's
+operations are exactly the routes of template.yaml. The fuzzer (tools/chaos/fuzz.py) reads the document.
 """
 
 from __future__ import annotations
@@ -171,20 +172,29 @@ def _import_from(path: Path, name: str) -> Any:
     return sys.modules[name]
 
 
-def contract_resolver() -> Any:
-    """A Powertools resolver (validation on, so it documents them) with the API's routes typed by the
-    function's contract module, schemas.py, imported from its CodeUri as Lambda would import it."""
-    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-
+def contract() -> Any:
+    """The function's contract module, schemas.py, imported from its CodeUri as Lambda would import it."""
     spec = Template.load().function(FUNCTION)
     for directory in (*spec.layer_dirs, spec.code_uri):
         if str(directory) not in sys.path:
             sys.path.insert(0, str(directory))
     os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-    contract = _import_from(spec.code_uri / "schemas.py", f"chaos_openapi_{FUNCTION}_schemas")
+    return _import_from(spec.code_uri / "schemas.py", f"chaos_openapi_{FUNCTION}_schemas")
+
+
+def contract_resolver() -> Any:
+    """A Powertools resolver (validation on, so it documents them) with the API's routes typed by the
+    contract."""
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+
     resolver = APIGatewayRestResolver(enable_validation=True)
-    contract.declare_routes(resolver)
+    contract().declare_routes(resolver)
     return resolver
+
+
+def request_schemas_file() -> Path:
+    """Where the handler reads the JSON Schemas it validates requests with: beside its code."""
+    return Template.load().function(FUNCTION).code_uri / "request_schemas.json"
 
 
 def _integral_bounds(node: Any) -> Any:
@@ -235,9 +245,11 @@ def committed() -> dict[str, Any]:
     return loaded
 
 
-def write() -> Path:
+def write() -> list[Path]:
     DOCUMENT.write_text(render(generate()))
-    return DOCUMENT
+    schemas = request_schemas_file()
+    schemas.write_text(render(contract().request_schemas()))
+    return [DOCUMENT, schemas]
 
 
 def relative(path: Path) -> str:

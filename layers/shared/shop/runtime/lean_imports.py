@@ -16,7 +16,9 @@ other package, or one already imported, is left alone.
 consumers use the synchronous one. `load_on_first_use` puts a stand-in in `sys.modules` that imports
 the real module the first time one of its attributes is used, so a function that never touches it
 never pays for it, and one that does gets the real module. (The standard library's `LazyLoader` does
-not serve: every later `import asyncio` statement reads the module's `__spec__`, which loads it.)
+not serve: every later `import asyncio` statement reads the module's `__spec__`, which loads it.) Logging
+would use it on the first log line, when every log record asks asyncio for its task's name: with the
+stand-in in place, records do not (`logging.logAsyncioTasks`; the functions run no asyncio tasks).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import logging
 import sys
 import types
 from pathlib import Path
@@ -145,3 +148,7 @@ def defer_powertools_package_inits() -> None:
         defer_package_init(name)
     for name in LOADED_ON_FIRST_USE:
         load_on_first_use(name)
+    if isinstance(sys.modules.get("asyncio"), _LoadedOnFirstUse):
+        # A LogRecord reads asyncio.current_task() whenever asyncio is in sys.modules: the stand-in would be
+        # loaded by the first log line of each execution environment (25-40 ms of CPU), not saved.
+        logging.logAsyncioTasks = False  # type: ignore[attr-defined]  # (3.12+, not in typeshed)
