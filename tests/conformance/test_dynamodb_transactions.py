@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-import shop.adapters.aws
 from shop.adapters import keys, outbox_items
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from tests.conftest import reset_process_state
+from tests.support.clients import intercept_transactions
 from tools.local.services.emulators import FAKE_CREDENTIALS, AwsClients, LocalServices
 from tools.template import REGION, Template
 
@@ -92,24 +92,16 @@ def test_an_order_whose_commit_answer_was_lost_is_answered_like_the_first_call(
     """The API's write commits, then its answer is lost (a read timeout after the SDK's own retries);
     without the token, the resent transaction's conditions would fail on the order it wrote itself
     (500 without an Idempotency-Key). With it, the order is placed once and answered as placed."""
-    real_client = shop.adapters.aws.dynamodb
     lost = {"answers": 1}
 
-    class AnswerLost:
-        def __init__(self) -> None:
-            self.client = real_client()
+    def answer_lost(client: Any, kwargs: dict[str, Any]) -> Any:
+        answer = client.transact_write_items(**kwargs)
+        if lost["answers"]:
+            lost["answers"] -= 1
+            raise ReadTimeoutError(endpoint_url="dynamodb (answer lost after commit)")
+        return answer
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.client, name)
-
-        def transact_write_items(self, **kwargs: Any) -> Any:
-            answer = self.client.transact_write_items(**kwargs)
-            if lost["answers"]:
-                lost["answers"] -= 1
-                raise ReadTimeoutError(endpoint_url="dynamodb (answer lost after commit)")
-            return answer
-
-    monkeypatch.setattr(shop.adapters.aws, "dynamodb", AnswerLost)
+    intercept_transactions(monkeypatch, answer_lost)
     settings = Settings.from_env({"ORDERS_TABLE_NAME": orders_table})
     service = OrderService(DynamoOrderRepository(settings), settings)
     command = PlaceOrder("c-1", "EUR", (OrderLine("SKU-1", 1, 100),))

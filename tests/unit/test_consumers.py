@@ -13,7 +13,6 @@ from typing import Any
 import boto3
 import pytest
 
-import shop.adapters.aws
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.envelope import CloudEvent
@@ -22,6 +21,7 @@ from shop.domain.orders import Order, OrderLine, OrderService, OrderStatus, Plac
 from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import Settings
 from tests.support import LambdaContext, load_event
+from tests.support.clients import intercept_transactions
 from tools.template import Template
 
 INVENTORY = "InventoryFunction"
@@ -238,30 +238,21 @@ def test_a_hot_sku_conflicting_with_other_reservations_still_reserves_without_a_
     """Many orders on one SKU at once: DynamoDB cancels all but one of the overlapping transactions
     (TransactionConflict). The consumer retries in-process, so the message does not fail and burn one
     of its maxReceiveCount receives per conflict (after 5 it would be dead-lettered, the order PENDING)."""
-    real_client = shop.adapters.aws.dynamodb
     conflicts = {"left": 4}
 
-    class Contended:
-        """The real client, but the next transactions are cancelled by overlapping ones."""
+    def contended(client: Any, kwargs: dict[str, Any]) -> Any:
+        """The next transactions are cancelled by overlapping ones."""
+        if conflicts["left"]:
+            conflicts["left"] -= 1
+            reasons = [{"Code": "None"}] * (len(kwargs["TransactItems"]) - 1)
+            response: Any = {
+                "Error": {"Code": "TransactionCanceledException"},
+                "CancellationReasons": [*reasons, {"Code": "TransactionConflict"}],
+            }
+            raise client.exceptions.TransactionCanceledException(response, "TransactWriteItems")
+        return client.transact_write_items(**kwargs)
 
-        def __init__(self) -> None:
-            self.client = real_client()
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.client, name)
-
-        def transact_write_items(self, **kwargs: Any) -> Any:
-            if conflicts["left"]:
-                conflicts["left"] -= 1
-                reasons = [{"Code": "None"}] * (len(kwargs["TransactItems"]) - 1)
-                response: Any = {
-                    "Error": {"Code": "TransactionCanceledException"},
-                    "CancellationReasons": [*reasons, {"Code": "TransactionConflict"}],
-                }
-                raise self.client.exceptions.TransactionCanceledException(response, "TransactWriteItems")
-            return self.client.transact_write_items(**kwargs)
-
-    monkeypatch.setattr(shop.adapters.aws, "dynamodb", Contended)
+    intercept_transactions(monkeypatch, contended)
 
     assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
 
