@@ -31,6 +31,7 @@ from tests.support import LambdaContext, clear_module_caches, load_handler_modul
 from tools.template import Template
 
 if TYPE_CHECKING:
+    from shop.adapters.postgres.connection import ConnectionSettings
     from tools.local.services.emulators import LocalServices
     from tools.local.stack import LocalStack
 
@@ -97,6 +98,27 @@ def invoke(
 
     yield _invoke
     reset_process_state()
+
+
+# --- the order database (a real PostgreSQL: tests/support/postgres.py) -----------------------------------
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectionSettings]:
+    """One PostgreSQL server for the session, migrated from zero (the migrations a deployment applies)."""
+    from shop.adapters.postgres.schema import apply_migrations
+    from tests.support.postgres import embedded_server
+
+    with embedded_server(tmp_path_factory.mktemp("postgres")) as settings:
+        apply_migrations(settings)
+        yield settings
+
+
+@pytest.fixture
+def order_database(postgres_server: ConnectionSettings) -> ConnectionSettings:
+    """The session's order database with every table empty."""
+    from tests.support.postgres import empty_tables
+
+    empty_tables(postgres_server)
+    return postgres_server
 
 
 # --- the local stack (tests/local_stacks.py, imported only when a test asks for it) --------------------

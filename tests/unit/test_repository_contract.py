@@ -1,5 +1,6 @@
-"""One contract, two implementations: the in-memory repositories (tests/support/memory.py) and the
-DynamoDB ones (on moto) must answer every case alike, so domain tests on the fakes say something true.
+"""One contract, every implementation: the in-memory repositories (tests/support/memory.py), the
+DynamoDB ones (on moto) and, for orders, the PostgreSQL one (on a real PostgreSQL, tests/support/postgres.py)
+must answer every case alike, so domain tests on the fakes say something true.
 At the end, what only the DynamoDB items carry: the outbox expiry (expiresAt) as written.
 """
 
@@ -17,6 +18,8 @@ from shop.adapters import keys
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.adapters.outbox_items import ENVELOPE, EXPIRES_AT
+from shop.adapters.postgres.connection import ConnectionSettings, Database
+from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.envelope import CloudEvent, parse_time
 from shop.domain.errors import EventTooLarge
 from shop.domain.inventory import (
@@ -44,6 +47,7 @@ from shop.domain.orders import (
 )
 from shop.runtime.config import Settings
 from tests.support.memory import InMemoryInventoryRepository, InMemoryOrderRepository
+from tests.support.postgres import connect
 from tools.template import Template
 
 MAX_EVENT_BYTES = 4096  # small enough for a test to exceed, large enough for every event below
@@ -91,11 +95,33 @@ def dynamodb_settings(
     return Settings.from_env()
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
+def postgres_orders(database: ConnectionSettings) -> OrderStore:
+    def outbox(order_id: str) -> list[CloudEvent]:
+        with connect(database) as connection:
+            rows = connection.execute(
+                "SELECT envelope::text FROM outbox WHERE aggregate_id = %s ORDER BY sequence", (order_id,)
+            ).fetchall()
+        return [CloudEvent.from_json(envelope) for (envelope,) in rows]
+
+    def expire(caller: str, key: str) -> None:
+        with connect(database) as connection:
+            connection.execute(
+                "UPDATE request_keys SET expires_at = now() - interval '1 second'"
+                " WHERE caller = %s AND idempotency_key = %s",
+                (caller, key),
+            )
+
+    settings = Settings.from_env({"MAX_EVENT_BYTES": str(MAX_EVENT_BYTES)})
+    return OrderStore(PostgresOrderRepository(Database(database), settings), outbox, expire)
+
+
+@pytest.fixture(params=["memory", "dynamodb", "postgres"])
 def orders(request: pytest.FixtureRequest) -> OrderStore:
     if request.param == "memory":
         memory = InMemoryOrderRepository(max_event_bytes=MAX_EVENT_BYTES)
         return OrderStore(memory, memory.outbox.events, memory.expire_request)
+    if request.param == "postgres":
+        return postgres_orders(request.getfixturevalue("order_database"))
     settings: Settings = request.getfixturevalue("dynamodb_settings")
     table = settings.orders_table_name
 

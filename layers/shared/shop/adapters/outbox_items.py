@@ -18,7 +18,6 @@ event's source and time are in the envelope, which is all the relay, replay and 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -115,22 +114,8 @@ def is_outbox_image(image: dict[str, Any] | None) -> bool:
 
 
 def decode_outbox_image(image: dict[str, Any], max_event_bytes: int) -> OutboxEntry:
-    """Turn an outbox item image into a publishable entry, or raise InvalidEnvelope (a poison record).
-
-    Every failure to decode is InvalidEnvelope: decoding is pure (no I/O), so an exception here is the
-    record's own fault and repeats on every retry. Anything else escaping would fail the relay's whole
-    invocation and hold its shard (and crash redrive and replay on the same record).
-    """
+    """Turn an outbox item image into a publishable entry, or raise InvalidEnvelope (a poison record)."""
     raw = _string_attribute(image, ENVELOPE)
     if raw is None:
         raise InvalidEnvelope("outbox item has no envelope string")
-    try:
-        entry = outbox_entry(raw, max_event_bytes)
-    except InvalidEnvelope:
-        raise
-    except Exception as exc:  # e.g. a lone surrogate escape: UnicodeEncodeError when sized
-        raise InvalidEnvelope(
-            "envelope cannot be decoded", {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-        ) from exc
-    trace = _string_attribute(image, TRACE_HEADER)
-    return replace(entry, trace_header=trace) if trace is not None else entry
+    return outbox_entry(raw, max_event_bytes, _string_attribute(image, TRACE_HEADER))

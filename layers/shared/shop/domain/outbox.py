@@ -39,9 +39,21 @@ class OutboxEntry:
 
 
 def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None = None) -> OutboxEntry:
-    """The publishable entry for a stored envelope, or InvalidEnvelope (a poison record)."""
-    event = CloudEvent.from_json(envelope)
-    size = entry_size(event.source, event.type, envelope)
+    """The publishable entry for a stored envelope, or InvalidEnvelope (a poison record).
+
+    Every failure to decode is InvalidEnvelope: decoding is pure (no I/O), so an exception here is the
+    record's own fault and repeats on every retry. Anything else escaping would fail the relay's whole
+    invocation and hold its shard or its rows (and crash redrive and replay on the same record).
+    """
+    try:
+        event = CloudEvent.from_json(envelope)
+        size = entry_size(event.source, event.type, envelope)
+    except InvalidEnvelope:
+        raise
+    except Exception as exc:  # e.g. a lone surrogate escape: UnicodeEncodeError when sized
+        raise InvalidEnvelope(
+            "envelope cannot be decoded", {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        ) from exc
     if size > max_event_bytes:
         raise InvalidEnvelope("event exceeds the event bus size limit", {"eventBytes": size})
     return OutboxEntry(

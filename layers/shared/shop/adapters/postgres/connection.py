@@ -1,0 +1,79 @@
+"""Connections to the order database: one per process, opened on first use, reopened after a failure.
+
+A Lambda execution environment runs one invocation at a time, so one connection per process is the
+pool (RDS Proxy is the pool across environments; docs/configuration.md). Every use is a transaction:
+`with database.transaction() as cursor:` commits when the block ends and rolls back when it raises.
+
+Failures that say nothing about the request (the server is down, restarting, failing over, or the
+connection broke) become ServiceBusy: the API answers 503 with Retry-After and a consumer's message
+is retried. When the connection breaks during COMMIT, the outcome is unknown; the writes stay safe to
+repeat (request keys, version conditions, event ids), so the retry finds what committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+
+from shop.domain.errors import ServiceBusy
+
+# Seconds to wait for a connection, and for any one statement: a stuck database must not eat the
+# invocation (the API still has to answer).
+CONNECT_TIMEOUT_SECONDS = 3
+STATEMENT_TIMEOUT_MS = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    host: str  # a host name, or a directory holding the server's Unix socket (locally)
+    port: int
+    dbname: str
+    user: str
+    password: Callable[[], str | None]  # read at each connect: a rotated secret, an IAM auth token
+
+
+class Database:
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self._settings = settings
+        self._connection: psycopg.Connection | None = None
+
+    def _connect(self) -> psycopg.Connection:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        settings = self._settings
+        try:
+            self._connection = psycopg.connect(
+                host=settings.host,
+                port=settings.port,
+                dbname=settings.dbname,
+                user=settings.user,
+                password=settings.password(),
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                application_name="serverless-outbox",
+                autocommit=True,  # transactions are explicit: Database.transaction()
+            )
+        except psycopg.OperationalError as exc:
+            raise ServiceBusy("the order database is unavailable; retry shortly") from exc
+        return self._connection
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Cursor]:
+        """A cursor inside one transaction (READ COMMITTED: each write states its own condition)."""
+        connection = self._connect()
+        try:
+            with connection.transaction(), connection.cursor() as cursor:
+                yield cursor
+        except psycopg.OperationalError as exc:
+            # A broken connection, a server shutting down, a statement past its timeout (QueryCanceled
+            # is one too): open a new connection next time.
+            self.close()
+            raise ServiceBusy("the order database is unavailable; retry shortly") from exc
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None

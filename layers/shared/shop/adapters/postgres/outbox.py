@@ -1,0 +1,136 @@
+"""The outbox table: rows written in the writer's transaction, claimed in per-order sequence by the
+polling publisher.
+
+Per-order order with several publishers at once (the "ordering requires careful locking" pitfall):
+a publisher claims an order's events only through the order's *head*, its pending event with the
+lowest sequence, locked with FOR UPDATE SKIP LOCKED; with the head it locks the order's later pending
+events. An event that is not its order's head is never claimed on its own, and an order's head changes
+only when the transaction holding it commits (its events published or parked), so while one publisher
+holds an order no other publisher can take any of its events, and the next one to take the order sees
+what the first committed. Publishing happens inside that transaction: a crash between PutEvents and
+COMMIT leaves the rows pending and they are published again, in order (consumers deduplicate by event
+id). Pending = neither published nor parked; a parked (poison) event no longer holds its order back,
+as the stream relay moves past a parked record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from shop.domain.envelope import CloudEvent
+from shop.domain.outbox import ensure_publishable
+
+_INSERT = """
+INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope, trace_header)
+VALUES (%s, %s, %s, %s, %s, %s)
+"""
+
+# Heads of orders, oldest first; a head another publisher holds is skipped, not waited for.
+_CLAIM_HEADS = """
+SELECT head.aggregate_id
+FROM outbox AS head
+WHERE head.published_at IS NULL AND head.parked_at IS NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox AS earlier
+      WHERE earlier.aggregate_id = head.aggregate_id
+        AND earlier.sequence < head.sequence
+        AND earlier.published_at IS NULL AND earlier.parked_at IS NULL)
+ORDER BY head.position
+LIMIT %s
+FOR UPDATE SKIP LOCKED
+"""
+
+# The claimed orders' pending events (heads included, already ours). No other publisher can hold one
+# of them (see the module docstring), so the lock is taken at once.
+_LOCK_ORDERS = """
+SELECT position, event_id, aggregate_id, sequence, envelope::text, trace_header, created_at, attempts
+FROM outbox
+WHERE aggregate_id = ANY(%s) AND published_at IS NULL AND parked_at IS NULL
+ORDER BY aggregate_id, sequence
+FOR UPDATE
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    position: int
+    event_id: str
+    aggregate_id: str
+    sequence: int
+    envelope: str
+    trace_header: str | None
+    created_at: datetime
+    attempts: int
+
+    def as_item(self) -> dict[str, Any]:
+        """The row as a poison queue message holds it (JSON)."""
+        return {
+            "store": "postgres",
+            "position": self.position,
+            "eventId": self.event_id,
+            "aggregateId": self.aggregate_id,
+            "sequence": self.sequence,
+            "envelope": self.envelope,
+            "traceHeader": self.trace_header,
+            "createdAt": self.created_at.isoformat(),
+            "attempts": self.attempts,
+        }
+
+
+def insert_outbox_row(
+    cursor: psycopg.Cursor[Any], event: CloudEvent, *, max_event_bytes: int, trace_header: str | None
+) -> None:
+    """Write one event to the outbox, in the caller's transaction."""
+    ensure_publishable(event, max_event_bytes)
+    cursor.execute(
+        _INSERT, (event.id, event.subject, event.sequence, event.type, event.to_json(), trace_header)
+    )
+
+
+def claim_pending(cursor: psycopg.Cursor[Any], max_orders: int) -> list[OutboxRow]:
+    """Lock up to `max_orders` orders' pending events for this transaction, in publishing order: each
+    order's events in sequence, and orders interleaved (every order's first event, oldest order first,
+    then every order's second...), so one PutEvents call carries up to ten orders."""
+    cursor.execute(_CLAIM_HEADS, (max_orders,))
+    heads = [aggregate_id for (aggregate_id,) in cursor.fetchall()]
+    if not heads:
+        return []
+    cursor.execute(_LOCK_ORDERS, (heads,))
+    rows = [OutboxRow(*record) for record in cursor.fetchall()]  # by order, then sequence
+    age = {aggregate_id: rank for rank, aggregate_id in enumerate(heads)}
+    nth: dict[str, int] = {}
+    ranked = []
+    for row in rows:
+        nth[row.aggregate_id] = nth.get(row.aggregate_id, -1) + 1
+        ranked.append(((nth[row.aggregate_id], age[row.aggregate_id]), row))
+    return [row for _, row in sorted(ranked, key=lambda pair: pair[0])]
+
+
+def mark_published(cursor: psycopg.Cursor[Any], positions: list[int]) -> None:
+    if positions:
+        cursor.execute(
+            "UPDATE outbox SET published_at = clock_timestamp(), attempts = attempts + 1"
+            " WHERE position = ANY(%s)",
+            (positions,),
+        )
+
+
+def mark_parked(cursor: psycopg.Cursor[Any], position: int, reason: str) -> None:
+    cursor.execute(
+        "UPDATE outbox SET parked_at = clock_timestamp(), attempts = attempts + 1, last_error = %s"
+        " WHERE position = %s",
+        (reason[:1000], position),
+    )
+
+
+def mark_failed(cursor: psycopg.Cursor[Any], positions: list[int], error: str) -> None:
+    """Count a failed attempt on rows that stay pending (the next claim takes them again, in order)."""
+    if positions:
+        cursor.execute(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = %s WHERE position = ANY(%s)",
+            (error[:1000], positions),
+        )

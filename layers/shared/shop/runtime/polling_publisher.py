@@ -1,0 +1,198 @@
+"""The polling publisher: from the PostgreSQL outbox to the event bus, one transaction per round.
+
+A round claims pending events (shop.adapters.postgres.outbox: per-order sequence, FOR UPDATE SKIP
+LOCKED, so several publishers share the work without reordering an order's events), publishes them
+with the relay's publishing code (chunks of 10, never two events of one order in a call, transient
+failures retried in order) and marks them published in the transaction that holds their locks.
+
+Failures, as in the stream relay:
+- a poison row (undecodable envelope, larger than the bus takes, refused by EventBridge for what it
+  is) is parked whole in the relay poison queue and marked parked, so it never holds its order back;
+  when the poison queue fails, the row stays pending and its order's later events wait with it;
+- a transient failure stops the round at that event: it and everything after it stay pending (its
+  attempts and last error recorded) and the next round takes them again, in order.
+A crash between PutEvents and COMMIT leaves the round's rows pending: they are published again, and
+consumers deduplicate them by event id.
+
+One invocation keeps polling (an idle pause between empty rounds) until its last seconds, so the lag
+from commit to bus stays under a second while it runs; EventBridge Scheduler starts the next.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import BotoCoreError, ClientError
+
+from shop.adapters.postgres.connection import Database
+from shop.adapters.postgres.outbox import (
+    OutboxRow,
+    claim_pending,
+    mark_failed,
+    mark_parked,
+    mark_published,
+)
+from shop.domain.errors import InvalidEnvelope, ServiceBusy
+from shop.domain.outbox import OutboxEntry, outbox_entry
+from shop.domain.poison import PoisonRecord, PoisonSink
+from shop.domain.publishing import OutboxPublisher
+from shop.runtime.observability import logger, metrics
+
+MAX_ORDERS_PER_ROUND = 50
+IDLE_PAUSE_SECONDS = 0.2  # between empty rounds: the lag while idle, and the queries it costs
+FAILURE_PAUSE_SECONDS = 1.0  # after a round that stopped at a failure: let the bus or database recover
+RESERVE_SECONDS = 5.0  # a round never starts in the invocation's last seconds
+
+
+@dataclass
+class RoundOutcome:
+    claimed: int = 0
+    published: list[tuple[OutboxRow, OutboxEntry]] = field(default_factory=list)
+    parked: list[PoisonRecord] = field(default_factory=list)
+    left_pending: int = 0
+    put_events_calls: int = 0
+    failures_by_code: dict[str, int] = field(default_factory=dict)
+
+
+def _poison(row: OutboxRow, exc: InvalidEnvelope) -> PoisonRecord:
+    return PoisonRecord(
+        sequence_number=str(row.position),
+        event_id=row.event_id,
+        reason=exc.message,
+        details={**exc.details, "outboxPosition": row.position},
+        image=row.as_item(),
+    )
+
+
+def _park(record: PoisonRecord, sink: PoisonSink) -> bool:
+    extra = {"event_id": record.event_id, "outbox_position": record.sequence_number, "reason": record.reason}
+    try:
+        sink.park(record)
+    except (ClientError, BotoCoreError) as exc:
+        logger.warning(
+            "poison queue unavailable; the row stays pending", extra={**extra, "error": str(exc)[:500]}
+        )
+        metrics.add_metric(name="PoisonParkFailed", unit=MetricUnit.Count, value=1)
+        return False
+    logger.error("poison outbox row", extra={**extra, "action": "parked in the poison queue"})
+    metrics.add_metric(name="PoisonRecords", unit=MetricUnit.Count, value=1)
+    return True
+
+
+def publish_pending_round(
+    database: Database,
+    publisher: OutboxPublisher,
+    poison_sink: PoisonSink,
+    *,
+    max_event_bytes: int,
+    max_orders: int = MAX_ORDERS_PER_ROUND,
+    remaining_seconds: Callable[[], float] = lambda: 60.0,
+) -> RoundOutcome:
+    """Claim, publish and mark one round of pending events, in one transaction."""
+    outcome = RoundOutcome()
+    with database.transaction() as cursor:
+        rows = claim_pending(cursor, max_orders)
+        outcome.claimed = len(rows)
+        held_back: set[str] = set()  # orders whose earlier event could not be parked
+        batch: list[tuple[OutboxRow, OutboxEntry]] = []
+        for row in rows:
+            if row.aggregate_id in held_back:
+                continue
+            try:
+                batch.append((row, outbox_entry(row.envelope, max_event_bytes, row.trace_header)))
+                continue
+            except InvalidEnvelope as exc:
+                record = _poison(row, exc)
+            if _park(record, poison_sink):
+                mark_parked(cursor, row.position, record.reason)
+                outcome.parked.append(record)
+            else:
+                held_back.add(row.aggregate_id)
+
+        def park_rejected(position: int, code: str, message: str) -> bool:
+            row = batch[position][0]
+            refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
+            record = _poison(row, refused)
+            if not _park(record, poison_sink):
+                return False
+            mark_parked(cursor, row.position, record.reason)
+            outcome.parked.append(record)
+            return True
+
+        result = publisher.publish_in_order([entry for _, entry in batch], remaining_seconds, park_rejected)
+        outcome.put_events_calls = result.calls
+        outcome.failures_by_code = dict(result.failures_by_code)
+        accepted = sorted(result.accepted_positions)
+        outcome.published = [batch[position] for position in accepted]
+        mark_published(cursor, [batch[position][0].position for position in accepted])
+        if result.first_unpublished is not None:
+            failed_row, failed_entry = batch[result.first_unpublished]
+            error = ", ".join(f"{code} x{count}" for code, count in result.failures_by_code.items())
+            mark_failed(cursor, [failed_row.position], error or "not published")
+            logger.warning(
+                "publish failed; the event and those after it stay pending",
+                extra={
+                    "event_id": failed_entry.event_id,
+                    "correlation_id": failed_entry.correlation_id,
+                    "failures_by_code": result.failures_by_code,
+                },
+            )
+        outcome.left_pending = outcome.claimed - len(outcome.published) - len(outcome.parked)
+    return outcome
+
+
+@dataclass
+class PollTotals:
+    rounds: int = 0
+    published: int = 0
+    parked: int = 0
+    put_events_calls: int = 0
+    database_unavailable: int = 0
+
+
+def poll_outbox(
+    run_round: Callable[[], RoundOutcome],
+    seconds_left: Callable[[], float],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PollTotals:
+    """Run rounds until the invocation's last seconds; pause between empty or failed rounds."""
+    totals = PollTotals()
+    while seconds_left() > RESERVE_SECONDS:
+        try:
+            outcome = run_round()
+        except ServiceBusy as exc:
+            # The database is down or failing over: nothing was marked, nothing is lost; try again.
+            logger.warning("order database unavailable", extra={"error": str(exc.__cause__ or exc)[:500]})
+            metrics.add_metric(name="DatabaseUnavailable", unit=MetricUnit.Count, value=1)
+            totals.database_unavailable += 1
+            sleep(FAILURE_PAUSE_SECONDS)
+            continue
+        totals.rounds += 1
+        totals.published += len(outcome.published)
+        totals.parked += len(outcome.parked)
+        totals.put_events_calls += outcome.put_events_calls
+        _record_metrics(outcome)
+        if outcome.left_pending:
+            sleep(FAILURE_PAUSE_SECONDS)
+        elif not outcome.claimed:
+            sleep(IDLE_PAUSE_SECONDS)
+    return totals
+
+
+def _record_metrics(outcome: RoundOutcome) -> None:
+    if not outcome.claimed:
+        return  # an empty round is not a batch: no data points that would dilute the averages
+    metrics.add_metric(name="BatchSize", unit=MetricUnit.Count, value=outcome.claimed)
+    metrics.add_metric(name="EventsPublished", unit=MetricUnit.Count, value=len(outcome.published))
+    metrics.add_metric(name="PutEventsCalls", unit=MetricUnit.Count, value=outcome.put_events_calls)
+    for code, count in outcome.failures_by_code.items():
+        metrics.add_metric(name=f"PublishFailed.{code}", unit=MetricUnit.Count, value=count)
+    published_at = datetime.now(UTC)
+    for row, _ in outcome.published[:100]:  # EMF holds at most 100 values per metric
+        lag = (published_at - row.created_at).total_seconds() * 1000
+        metrics.add_metric(name="PublishLag", unit=MetricUnit.Milliseconds, value=max(lag, 0.0))

