@@ -211,5 +211,6 @@ chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redr
 
 # --- generated docs (tools/docs) -----------------------------------------------------------------------
 .PHONY: docs
-docs: $(STAMP) ## regenerate reference tables, events table and docs/asyncapi.yaml from template.yaml and the code
+docs: $(STAMP) ## regenerate reference tables, events table, docs/asyncapi.yaml and docs/order-database.sql from template.yaml and the code
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs.database_schema

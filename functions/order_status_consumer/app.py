@@ -14,12 +14,14 @@ from shop.runtime.observability import logger, metrics, tracer
 from shop.runtime.wiring.orders import order_service
 
 processor = ConsumerBatchProcessor()
+# Its name in the PostgreSQL order store's inbox (OrderStore=postgres): stable across stages and renames.
+INBOX_CONSUMER = "order-status"
 
 
 @cache
 def order_status_consumer() -> IdempotentConsumer:
     settings = get_settings()
-    policy = OrderStatusPolicy(order_service(settings))
+    policy = OrderStatusPolicy(order_service(settings, inbox_consumer=INBOX_CONSUMER))
     return IdempotentConsumer(settings, policy.apply)
 
 

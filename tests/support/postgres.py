@@ -31,7 +31,7 @@ def embedded_server(data_dir: Path) -> Iterator[ConnectionSettings]:
             port=int(info.port),
             dbname="postgres",
             user="postgres",
-            password=lambda: None,  # trust authentication on the socket, locally only
+            password=lambda _: None,  # trust authentication on the socket, locally only
         )
     finally:
         server.cleanup()

@@ -381,7 +381,7 @@ def test_the_loop_polls_until_the_invocations_last_seconds_and_rides_out_a_datab
 
 
 def test_an_unreachable_database_is_service_busy(tmp_path, bus: RecordingBus):
-    unreachable = Database(ConnectionSettings(str(tmp_path), 5432, "postgres", "postgres", lambda: None))
+    unreachable = Database(ConnectionSettings(str(tmp_path), 5432, "postgres", "postgres", lambda _: None))
 
     with pytest.raises(ServiceBusy):
         run_round(unreachable)

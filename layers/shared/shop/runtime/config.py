@@ -20,6 +20,9 @@ DAY_SECONDS = 86_400
 CONSUMER_REDELIVERY_DAYS = 4 + 14
 
 
+ORDER_STORES = ("dynamodb", "postgres")  # the template's OrderStore parameter
+
+
 class ConfigurationError(RuntimeError):
     """A required setting is missing or malformed (a deployment mistake, not a request error)."""
 
@@ -37,6 +40,13 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name) or choices[0]
+    if raw not in choices:
+        raise ConfigurationError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     orders_table_name: str
@@ -50,6 +60,15 @@ class Settings:
     request_key_ttl_hours: int
     outbox_time_shards: int
     stage: str
+    # Where the order service keeps orders, request keys and its outbox (OrderStore), and, for
+    # "postgres", the database: host (or a Unix socket directory locally), and the Secrets Manager
+    # secret holding its credentials (none locally: trust authentication on the socket).
+    order_store: str = "dynamodb"
+    database_host: str = ""
+    database_port: int = 5432
+    database_name: str = "orders"
+    database_user: str = "postgres"
+    database_secret_arn: str = ""
     # Lambda sets it; Powertools' idempotency falls back to "test-func" outside Lambda, and so do we
     # (runtime.consumer derives the consumers' pinned idempotency key prefix from it).
     function_name: str = "test-func"
@@ -69,6 +88,12 @@ class Settings:
             request_key_ttl_hours=_int(env, "REQUEST_KEY_TTL_HOURS", 24),
             outbox_time_shards=_int(env, "OUTBOX_TIME_SHARDS", 8),
             stage=env.get("STAGE", "dev"),
+            order_store=_choice(env, "ORDER_STORE", ORDER_STORES),
+            database_host=env.get("DATABASE_HOST", ""),
+            database_port=_int(env, "DATABASE_PORT", 5432),
+            database_name=env.get("DATABASE_NAME") or "orders",
+            database_user=env.get("DATABASE_USER") or "postgres",
+            database_secret_arn=env.get("DATABASE_SECRET_ARN", ""),
             function_name=env.get("AWS_LAMBDA_FUNCTION_NAME") or "test-func",
         )
 

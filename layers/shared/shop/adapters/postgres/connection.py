@@ -32,7 +32,8 @@ class ConnectionSettings:
     port: int
     dbname: str
     user: str
-    password: Callable[[], str | None]  # read at each connect: a rotated secret, an IAM auth token
+    # Read at each connect; True asks for a fresh value (the cached one was refused: rotated).
+    password: Callable[[bool], str | None]
 
 
 class Database:
@@ -43,22 +44,28 @@ class Database:
     def _connect(self) -> psycopg.Connection:
         if self._connection is not None and not self._connection.closed:
             return self._connection
-        settings = self._settings
         try:
-            self._connection = psycopg.connect(
-                host=settings.host,
-                port=settings.port,
-                dbname=settings.dbname,
-                user=settings.user,
-                password=settings.password(),
-                connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
-                application_name="serverless-outbox",
-                autocommit=True,  # transactions are explicit: Database.transaction()
-            )
-        except psycopg.OperationalError as exc:
-            raise ServiceBusy("the order database is unavailable; retry shortly") from exc
+            self._connection = self._open(refresh_password=False)
+        except psycopg.OperationalError:
+            try:  # a rotated secret refuses the cached password: once more with a fresh one
+                self._connection = self._open(refresh_password=True)
+            except psycopg.OperationalError as exc:
+                raise ServiceBusy("the order database is unavailable; retry shortly") from exc
         return self._connection
+
+    def _open(self, *, refresh_password: bool) -> psycopg.Connection:
+        settings = self._settings
+        return psycopg.connect(
+            host=settings.host,
+            port=settings.port,
+            dbname=settings.dbname,
+            user=settings.user,
+            password=settings.password(refresh_password),
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            application_name="serverless-outbox",
+            autocommit=True,  # transactions are explicit: Database.transaction()
+        )
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Cursor]:

@@ -20,7 +20,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 
 def migration_uri(settings: ConnectionSettings) -> str:
     """yoyo's database URI for these settings (a Unix socket directory goes in the query string)."""
-    password = settings.password()
+    password = settings.password(False)
     credentials = quote(settings.user, safe="") + (f":{quote(password, safe='')}" if password else "")
     if settings.host.startswith("/"):
         return f"postgresql+psycopg://{credentials}@/{settings.dbname}?host={quote(settings.host)}&port={settings.port}"

@@ -1,17 +1,31 @@
-"""The order service (the API, the order-status consumer) on DynamoDB."""
+"""The order service (the API, the order-status consumer) on its order store (OrderStore)."""
 
 from __future__ import annotations
 
-from shop.adapters.order_repository import DynamoOrderRepository
-from shop.domain.orders import OrderService
+from shop.domain.orders import OrderRepository, OrderService
 from shop.runtime import invocation
 from shop.runtime.config import Settings, trace_header_from_env
 
 
-def order_service(settings: Settings) -> OrderService:
-    return OrderService(
-        DynamoOrderRepository(
-            settings, trace_header=trace_header_from_env, seconds_left=invocation.seconds_left
-        ),
-        settings,
+def order_repository(settings: Settings, *, inbox_consumer: str | None = None) -> OrderRepository:
+    """The store's repository. `inbox_consumer`: the consumer whose effects it writes, recorded in the
+    PostgreSQL inbox (DynamoDB consumers rely on Powertools idempotency and the version condition)."""
+    if settings.order_store == "postgres":
+        from shop.adapters.postgres.order_repository import PostgresOrderRepository
+        from shop.runtime.wiring.order_database import order_database
+
+        return PostgresOrderRepository(
+            order_database(settings),
+            settings,
+            trace_header=trace_header_from_env,
+            inbox_consumer=inbox_consumer,
+        )
+    from shop.adapters.order_repository import DynamoOrderRepository
+
+    return DynamoOrderRepository(
+        settings, trace_header=trace_header_from_env, seconds_left=invocation.seconds_left
     )
+
+
+def order_service(settings: Settings, *, inbox_consumer: str | None = None) -> OrderService:
+    return OrderService(order_repository(settings, inbox_consumer=inbox_consumer), settings)

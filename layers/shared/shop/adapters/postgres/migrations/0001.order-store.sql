@@ -56,6 +56,8 @@ CREATE INDEX outbox_pending ON outbox (aggregate_id, sequence)
     WHERE published_at IS NULL AND parked_at IS NULL;
 CREATE INDEX outbox_pending_age ON outbox (position)
     WHERE published_at IS NULL AND parked_at IS NULL;
+-- Parked rows, counted for their alarm.
+CREATE INDEX outbox_parked ON outbox (position) WHERE parked_at IS NOT NULL;
 -- What maintenance deletes, and replay reads by window.
 CREATE INDEX outbox_created ON outbox (created_at);
 

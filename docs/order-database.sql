@@ -1,0 +1,235 @@
+--
+-- PostgreSQL database dump
+--
+
+
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET transaction_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: inbox; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.inbox (
+    consumer text NOT NULL,
+    event_id text NOT NULL,
+    processed_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+
+--
+-- Name: order_lines; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.order_lines (
+    order_id text NOT NULL,
+    line_no smallint NOT NULL,
+    sku text NOT NULL,
+    quantity integer NOT NULL,
+    unit_price bigint NOT NULL,
+    CONSTRAINT order_lines_quantity_check CHECK ((quantity > 0)),
+    CONSTRAINT order_lines_unit_price_check CHECK ((unit_price >= 0))
+);
+
+
+--
+-- Name: orders; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.orders (
+    order_id text NOT NULL,
+    customer_id text NOT NULL,
+    currency text NOT NULL,
+    status text NOT NULL,
+    version integer NOT NULL,
+    total_amount bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT orders_status_check CHECK ((status = ANY (ARRAY['PENDING'::text, 'CONFIRMED'::text, 'REJECTED'::text, 'CANCELLED'::text]))),
+    CONSTRAINT orders_version_check CHECK ((version >= 1))
+);
+
+
+--
+-- Name: outbox; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox (
+    "position" bigint NOT NULL,
+    event_id text NOT NULL,
+    aggregate_id text NOT NULL,
+    sequence integer NOT NULL,
+    event_type text NOT NULL,
+    envelope json NOT NULL,
+    trace_header text,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    published_at timestamp with time zone,
+    parked_at timestamp with time zone,
+    attempts integer DEFAULT 0 NOT NULL,
+    last_error text,
+    CONSTRAINT outbox_check CHECK (((published_at IS NULL) OR (parked_at IS NULL))),
+    CONSTRAINT outbox_sequence_check CHECK ((sequence >= 1))
+);
+
+
+--
+-- Name: outbox_position_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.outbox ALTER COLUMN "position" ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.outbox_position_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: request_keys; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.request_keys (
+    caller text NOT NULL,
+    idempotency_key text NOT NULL,
+    fingerprint text NOT NULL,
+    order_id text NOT NULL,
+    response jsonb NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+
+--
+-- Name: inbox inbox_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.inbox
+    ADD CONSTRAINT inbox_pkey PRIMARY KEY (consumer, event_id);
+
+
+--
+-- Name: order_lines order_lines_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.order_lines
+    ADD CONSTRAINT order_lines_pkey PRIMARY KEY (order_id, line_no);
+
+
+--
+-- Name: orders orders_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.orders
+    ADD CONSTRAINT orders_pkey PRIMARY KEY (order_id);
+
+
+--
+-- Name: outbox outbox_aggregate_id_sequence_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox
+    ADD CONSTRAINT outbox_aggregate_id_sequence_key UNIQUE (aggregate_id, sequence);
+
+
+--
+-- Name: outbox outbox_event_id_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox
+    ADD CONSTRAINT outbox_event_id_key UNIQUE (event_id);
+
+
+--
+-- Name: outbox outbox_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY ("position");
+
+
+--
+-- Name: request_keys request_keys_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.request_keys
+    ADD CONSTRAINT request_keys_pkey PRIMARY KEY (caller, idempotency_key);
+
+
+--
+-- Name: inbox_processed; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX inbox_processed ON public.inbox USING btree (processed_at);
+
+
+--
+-- Name: outbox_created; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_created ON public.outbox USING btree (created_at);
+
+
+--
+-- Name: outbox_parked; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_parked ON public.outbox USING btree ("position") WHERE (parked_at IS NOT NULL);
+
+
+--
+-- Name: outbox_pending; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_pending ON public.outbox USING btree (aggregate_id, sequence) WHERE ((published_at IS NULL) AND (parked_at IS NULL));
+
+
+--
+-- Name: outbox_pending_age; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_pending_age ON public.outbox USING btree ("position") WHERE ((published_at IS NULL) AND (parked_at IS NULL));
+
+
+--
+-- Name: request_keys_expiry; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX request_keys_expiry ON public.request_keys USING btree (expires_at);
+
+
+--
+-- Name: order_lines order_lines_order_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.order_lines
+    ADD CONSTRAINT order_lines_order_id_fkey FOREIGN KEY (order_id) REFERENCES public.orders(order_id) ON DELETE CASCADE;
+
+
+--
+-- Name: request_keys request_keys_order_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.request_keys
+    ADD CONSTRAINT request_keys_order_id_fkey FOREIGN KEY (order_id) REFERENCES public.orders(order_id);
+
+
+--
+-- PostgreSQL database dump complete
+--
+
+

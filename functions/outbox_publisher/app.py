@@ -1,0 +1,65 @@
+"""Outbox publisher (OrderStore=postgres): polls the order database's outbox and publishes to the bus.
+
+Started by EventBridge Scheduler every minute; each invocation keeps polling until its last seconds
+(shop.runtime.polling_publisher), so the publish lag stays under a second. Two invocations overlapping
+share the work without reordering an order's events (claims are per order, FOR UPDATE SKIP LOCKED).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shop.adapters.eventbridge import EventPublisher
+from shop.adapters.poison_queue import PoisonQueue
+from shop.runtime import invocation
+from shop.runtime.config import get_settings
+from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.polling_publisher import RoundOutcome, poll_outbox, publish_pending_round
+from shop.runtime.wiring import relay as wiring
+from shop.runtime.wiring.order_database import order_database
+
+
+@cache
+def event_publisher() -> EventPublisher:
+    return wiring.event_publisher(get_settings())
+
+
+@cache
+def poison_queue() -> PoisonQueue:
+    return wiring.poison_queue(get_settings())
+
+
+def publish_round() -> RoundOutcome:
+    settings = get_settings()
+    outcome = publish_pending_round(
+        order_database(settings),
+        event_publisher(),
+        poison_queue(),
+        max_event_bytes=settings.max_event_bytes,
+        remaining_seconds=invocation.seconds_left,
+    )
+    for _, entry in outcome.published:
+        logger.info(
+            "event published",
+            extra={
+                "event_id": entry.event_id,
+                "event_type": entry.detail_type,
+                "aggregate": entry.aggregate,
+                "correlation_id": entry.correlation_id,
+            },
+        )
+    return outcome
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation.begin(context)
+    totals = poll_outbox(publish_round, invocation.seconds_left)
+    logger.info("polling ended", extra=asdict(totals))
+    return asdict(totals)
