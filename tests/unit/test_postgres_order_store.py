@@ -36,7 +36,7 @@ def database(order_database: ConnectionSettings) -> Iterator[Database]:
 
 def rows(settings: ConnectionSettings, sql: str) -> list[tuple[object, ...]]:
     with connect(settings) as connection:
-        return connection.execute(sql).fetchall()  # type: ignore[arg-type]
+        return connection.execute(sql).fetchall()
 
 
 def test_the_cause_of_a_status_change_is_recorded_in_the_inbox_in_the_same_transaction(
