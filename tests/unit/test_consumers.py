@@ -22,6 +22,7 @@ from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import Settings
 from tests.support import LambdaContext, load_event
 from tests.support.clients import intercept_transactions
+from tests.support.output import logged_with, metric_values
 from tools.template import Template
 
 INVENTORY = "InventoryFunction"
@@ -219,6 +220,40 @@ def test_a_malformed_message_fails_alone(invoke, inventory, template):
     assert sorted(e["subject"] for e in outbox(template, "InventoryTable")) == sorted(
         [ORDER_ID, "o-0000000000000000000000000000b002"]
     )
+
+
+def test_a_failed_message_is_logged_with_its_message_and_event_ids_and_counted(
+    invoke, inventory, monkeypatch, capsys, caplog
+):
+    event = load_event("sqs_inventory_order_created.json")
+    [record] = event["Records"]
+
+    def broken(self: InventoryService, cloud_event: CloudEvent) -> str:
+        raise RuntimeError("inventory broke")
+
+    monkeypatch.setattr(InventoryService, "apply", broken)
+
+    # Every message of the batch failed: still reported message by message, not as a function error.
+    assert failures(invoke(INVENTORY, event)) == [record["messageId"]]
+
+    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
+    assert logged["message_id"] == record["messageId"]
+    assert logged["event_id"] == json.loads(record["body"])["detail"]["id"]
+    assert (logged["error_type"], logged["error"]) == ("RuntimeError", "inventory broke")
+    assert metric_values(capsys.readouterr().out, "MessagesFailed") == [1]
+
+
+def test_each_duplicate_skipped_is_logged_with_its_idempotency_key_and_counted(
+    invoke, inventory, capsys, caplog
+):
+    duplicate = load_event("sqs_inventory_duplicate.json")  # one event in two messages
+    [event_id] = {json.loads(r["body"])["detail"]["id"] for r in duplicate["Records"]}
+
+    assert failures(invoke(INVENTORY, duplicate)) == []
+
+    [skipped] = logged_with(caplog, "duplicate event skipped")
+    assert skipped["idempotency_key"] == idempotency_key("test-func", event_id)  # no AWS_LAMBDA_FUNCTION_NAME
+    assert metric_values(capsys.readouterr().out, "DuplicatesSkipped") == [1]
 
 
 def test_missing_stock_rejects_the_whole_order(invoke, inventory, template):

@@ -18,6 +18,7 @@ from shop.adapters.outbox_items import outbox_item
 from shop.domain.envelope import CloudEvent
 from shop.runtime.config import Settings
 from tests.support import load_event
+from tests.support.output import metric_values
 from tests.unit.fakes import FaultyEventBridge
 from tools.template import Template
 
@@ -401,13 +402,6 @@ def test_throttling_that_outlasts_the_retries_checkpoints_at_the_first_throttled
     assert event_id(batch[12]) in on_bus
     assert {event_id(r) for r in batch[20:]}.isdisjoint(faulty_bus.sent_ids())  # nothing after its call
     assert len(faulty_bus.calls) == 2 + 5  # the first two calls, then the 5 retries of 6 attempts
-
-
-def metric_values(out: str, name: str) -> list[float]:
-    """Every value of one metric in the EMF lines the handler printed (EMF may list several per line)."""
-    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"_aws"' in line]
-    values = [line[name] for line in lines if name in line]
-    return [v for value in values for v in (value if isinstance(value, list) else [value])]
 
 
 def test_calls_throttled_for_the_rest_of_the_invocation_checkpoint_at_the_first_record_not_on_the_bus(

@@ -16,9 +16,16 @@ from botocore.exceptions import ClientError
 import operations.recovery
 import shop.adapters.aws
 from operations.admin import main as outbox_admin
-from operations.recovery import FailedStreamBatch, OutboxRecovery, StreamRangeUnavailable, in_publish_order
+from operations.recovery import (
+    FailedStreamBatch,
+    OutboxRecovery,
+    RecoveryReport,
+    StreamRangeUnavailable,
+    in_publish_order,
+)
 from shop.adapters import keys
 from shop.adapters.eventbridge import RECORD_REJECTED_CODES, EventPublisher
+from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.adapters.outbox_items import outbox_item
 from shop.adapters.poison_queue import PoisonQueue, checked_poison_message, poison_message_body
@@ -405,7 +412,8 @@ def test_a_parked_poison_record_is_republished_once_it_decodes(recovery, poison_
 
     report = recovery.redrive_parked(checked_poison_message(body))
 
-    assert report.complete
+    assert report == RecoveryReport(source="poison queue", expected=1, found=1, published=1)
+    assert report.all_on_bus
     assert [e["detail"]["id"] for e in bus()] == [image["eventId"]["S"]]
 
 
@@ -417,8 +425,53 @@ def test_a_parked_record_that_still_cannot_be_published_stays_parked(recovery, p
     report = recovery.redrive_parked(checked_poison_message(body))
 
     assert not report.complete
+    assert (report.found, report.published, report.unpublished) == (1, 0, ["e-1"])
+    assert [line for line in report.missing if "event e-1 is still unpublishable" in line]
     assert bus() == []
     assert poison_queue() == []  # not parked a second time: the operator's message stays where it is
+
+
+def parked_by_key(stream_arn: str, item: dict[str, Any]) -> dict[str, Any]:
+    """The poison message of an item too large for a queue message: its key and stream only."""
+    record = PoisonRecord(
+        "1", item["eventId"]["S"], "too large", {**item, "pad": {"S": "x" * 300_000}}, {}, stream_arn
+    )
+    body = json.loads(poison_message_body(record))
+    assert "item" not in body  # the message holds the key instead
+    return checked_poison_message(body)
+
+
+def test_a_parked_record_held_by_key_is_read_from_its_table_and_republished(
+    place_orders, recovery, bus, template
+):
+    place_orders(1)
+    arn, _, records = stream_records(template)
+    [item] = [r["dynamodb"]["NewImage"] for r in records if "envelope" in r["dynamodb"]["NewImage"]]
+
+    report = recovery.redrive_parked(parked_by_key(arn, item))
+
+    assert report == RecoveryReport(source="poison queue", expected=1, found=1, published=1)
+    assert [e["detail"]["id"] for e in bus()] == [item["eventId"]["S"]]
+
+
+def test_a_parked_record_held_by_key_and_gone_from_its_table_is_reported_missing(
+    place_orders, recovery, bus, template
+):
+    place_orders(1)
+    arn, _, records = stream_records(template)
+    [item] = [r["dynamodb"]["NewImage"] for r in records if "envelope" in r["dynamodb"]["NewImage"]]
+    table = template.physical_name("OrdersTable")
+    boto3.client("dynamodb").delete_item(
+        TableName=table, Key={keys.PK: item[keys.PK], keys.SK: item[keys.SK]}
+    )
+
+    report = recovery.redrive_parked(parked_by_key(arn, item))
+
+    assert (report.found, report.published, report.complete) == (0, 0, False)
+    assert report.missing == [
+        f"parked event {item['eventId']['S']} is no longer in {table} (deleted by TTL?)"
+    ]
+    assert bus() == []
 
 
 def outbox_image_of_new_order() -> dict[str, Any]:
@@ -829,3 +882,43 @@ def test_replay_of_a_window_leaves_out_items_past_their_own_expiry(
 
     assert admin(template, "replay", "--table", table, *window, "--include-expired") == 0
     assert len(bus()) == 5
+
+
+# --- seed, and names read from the stack's outputs ---------------------------------------------------
+def stack_with_outputs(outputs: dict[str, str]) -> str:
+    """A CloudFormation stack (moto) whose outputs are these names, as `sam deploy` leaves ours."""
+    body = {
+        "Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+    }
+    boto3.client("cloudformation").create_stack(StackName="shop", TemplateBody=json.dumps(body))
+    return "shop"
+
+
+def test_seed_sets_each_skus_stock_in_the_table_the_stack_names(template, settings, tmp_path, capsys):
+    table = template.physical_name("InventoryTable")
+    stack = stack_with_outputs({"InventoryTableName": table})
+    seed_file = tmp_path / "seed.json"
+    seed_file.write_text(
+        json.dumps({"stock": [{"sku": "SKU-A", "available": 7}, {"sku": "SKU-B", "available": 0}]})
+    )
+
+    code = outbox_admin(["--stack-name", stack, "seed", "--file", str(seed_file)])
+
+    assert code == 0
+    assert json.loads(capsys.readouterr().out) == {"table": table, "skus": 2}
+    repository = DynamoInventoryRepository(Settings.from_env({"INVENTORY_TABLE_NAME": table}))
+    assert (repository.available("SKU-A"), repository.available("SKU-B")) == (7, 0)
+
+
+def test_a_name_given_on_the_command_line_wins_over_the_stacks_and_none_at_all_is_an_error(
+    template, settings, tmp_path
+):
+    seed_file = tmp_path / "seed.json"
+    seed_file.write_text(json.dumps({"stock": [{"sku": "SKU-A", "available": 3}]}))
+    stack = stack_with_outputs({"InventoryTableName": "no-such-table"})
+    table = template.physical_name("InventoryTable")
+
+    assert outbox_admin(["--stack-name", stack, "seed", "--table", table, "--file", str(seed_file)]) == 0
+    with pytest.raises(SystemExit, match="give --table or --stack-name"):
+        outbox_admin(["seed", "--file", str(seed_file)])
