@@ -14,11 +14,9 @@ from shop.adapters.dynamo import (
     transact_write_items,
     unbounded,
 )
-from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_item
+from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_put
 from shop.domain.envelope import CloudEvent
 from shop.domain.inventory import InsufficientStock, Reservation, ReservationChanged, ReservationStatus
-
-_NOT_EXISTS = "attribute_not_exists(PK)"
 
 
 def _reservation_attributes(reservation: Reservation) -> dict[str, Any]:
@@ -60,15 +58,8 @@ class DynamoInventoryRepository:
         self._seconds_left = seconds_left
 
     def _outbox_put(self, order_id: str, event: CloudEvent) -> dict[str, Any]:
-        item = outbox_item(
-            event,
-            keys.reservation_partition(order_id),
-            ttl_days=self._settings.outbox_ttl_days,
-            time_shards=self._settings.outbox_time_shards,
-            max_event_bytes=self._settings.max_event_bytes,
-            trace_header=self._trace_header(),
-        )
-        return {"Put": {"TableName": self._table, "Item": item, "ConditionExpression": _NOT_EXISTS}}
+        partition = keys.reservation_partition(order_id)
+        return outbox_put(self._table, event, partition, self._settings, self._trace_header())
 
     def _put_new(self, reservation: Reservation) -> dict[str, Any]:
         return {
@@ -78,7 +69,7 @@ class DynamoInventoryRepository:
                     **keys.reservation_key(reservation.order_id),
                     **_reservation_attributes(reservation),
                 },
-                "ConditionExpression": _NOT_EXISTS,
+                "ConditionExpression": keys.KEY_NOT_TAKEN,
             }
         }
 

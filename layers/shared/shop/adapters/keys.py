@@ -37,6 +37,9 @@ OUTBOX_EVENT_ID_INDEX = "OutboxByEventId"
 OUTBOX_BUCKET = "outboxBucket"
 OUTBOX_TIME = "outboxTime"
 
+# A Put's condition that no item holds its key yet (DynamoDB evaluates it against the item with that key).
+KEY_NOT_TAKEN = f"attribute_not_exists({PK})"
+
 _ORDER = "ORDER#"
 _REQUEST = "REQUEST#"
 _SKU = "SKU#"

@@ -17,7 +17,7 @@ from shop.adapters.dynamo import (
     transact_write_items,
     unbounded,
 )
-from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_item
+from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_put
 from shop.domain.envelope import CloudEvent
 from shop.domain.orders import (
     Order,
@@ -27,8 +27,6 @@ from shop.domain.orders import (
     RequestRecord,
     VersionConflict,
 )
-
-_NOT_EXISTS = "attribute_not_exists(PK)"
 
 
 def _order_attributes(order: Order) -> dict[str, Any]:
@@ -96,15 +94,8 @@ class DynamoOrderRepository:
         self._seconds_left = seconds_left
 
     def _outbox_put(self, order: Order, event: CloudEvent) -> dict[str, Any]:
-        item = outbox_item(
-            event,
-            keys.order_partition(order.order_id),
-            ttl_days=self._settings.outbox_ttl_days,
-            time_shards=self._settings.outbox_time_shards,
-            max_event_bytes=self._settings.max_event_bytes,
-            trace_header=self._trace_header(),
-        )
-        return {"Put": {"TableName": self._table, "Item": item, "ConditionExpression": _NOT_EXISTS}}
+        partition = keys.order_partition(order.order_id)
+        return outbox_put(self._table, event, partition, self._settings, self._trace_header())
 
     def create(self, order: Order, event: CloudEvent, request: RequestRecord | None) -> None:
         actions: list[dict[str, Any]] = [
@@ -112,7 +103,7 @@ class DynamoOrderRepository:
                 "Put": {
                     "TableName": self._table,
                     "Item": {**keys.order_key(order.order_id), **_order_attributes(order)},
-                    "ConditionExpression": _NOT_EXISTS,
+                    "ConditionExpression": keys.KEY_NOT_TAKEN,
                 }
             },
             self._outbox_put(order, event),
@@ -132,7 +123,7 @@ class DynamoOrderRepository:
                             "expiresAt": {"N": str(expires)},
                         },
                         # An expired record (TTL deletion is lazy) no longer binds the key.
-                        "ConditionExpression": "attribute_not_exists(PK) OR expiresAt < :now",
+                        "ConditionExpression": f"{keys.KEY_NOT_TAKEN} OR expiresAt < :now",
                         "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}},
                     }
                 }

@@ -81,6 +81,22 @@ def outbox_item(
     return item
 
 
+def outbox_put(
+    table: str, event: CloudEvent, partition: str, settings: OutboxSettings, trace_header: str | None
+) -> dict[str, Any]:
+    """The TransactWriteItems action putting an event's outbox item into `partition` (the aggregate's item
+    collection, shop.adapters.keys) of `table`: written once, so only where its key is not taken."""
+    item = outbox_item(
+        event,
+        partition,
+        ttl_days=settings.outbox_ttl_days,
+        time_shards=settings.outbox_time_shards,
+        max_event_bytes=settings.max_event_bytes,
+        trace_header=trace_header,
+    )
+    return {"Put": {"TableName": table, "Item": item, "ConditionExpression": keys.KEY_NOT_TAKEN}}
+
+
 def _string_attribute(image: dict[str, Any], name: str) -> str | None:
     value = image.get(name)
     text = value.get("S") if isinstance(value, dict) else None
