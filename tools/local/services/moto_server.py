@@ -35,8 +35,6 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from tools.local import sampler
-
 
 def _cache_jsonpath_parsing() -> None:
     ext: Any = importlib.import_module("jsonpath_ng.ext")  # moto imports parse from it at each call
@@ -253,7 +251,6 @@ FIXES: tuple[Callable[[], None], ...] = (serialise_sqs_deletes,)
 
 
 def main(argv: list[str]) -> None:
-    sampler.start("moto")
     for fix in FIXES:
         fix()
     for reason in apply_speed_ups():
