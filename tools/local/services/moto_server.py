@@ -14,8 +14,9 @@ What is not patched, and why (docs/performance.md has the measurements that once
   framed, a larger risk to fidelity than the difference it removes, which nothing the stack emulates
   depends on (botocore opens a new connection when the last one was closed, and the functions' code
   never sees connections). It was kept for CPU, so it went with the other speed-ups.
-- Werkzeug's access log (one line a request in moto's log file, not on the console) stays: it shows
-  what the functions and pollers asked moto, with the status of each answer.
+- Werkzeug's access log stays (it was silenced for CPU): a line per request in moto's log file, not on
+  the console, with its time and status (JSON-protocol calls all read `POST /`); about 2 MB for a
+  2,000-order `make chaos`.
 """
 
 from __future__ import annotations
