@@ -105,7 +105,7 @@ deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first ti
 # make local and make bench run one long-lived stack: DynamoDB Local's JVM compiles fully (C2) for
 # throughput. The tests start many short-lived stacks and keep the start-up default (C1 only, half the
 # start-up CPU; tools/local/services/emulators.py). docs/performance.md has both measured.
-local bench: export LOCAL_DYNAMODB_JVM_OPTIONS ?= -XX:+UseSerialGC
+local bench bench-capacity: export LOCAL_DYNAMODB_JVM_OPTIONS ?= -XX:+UseSerialGC
 
 local: $(STAMP) $(NODE_STAMP) ## the whole pipeline on this machine, no Docker (PORT=3000, PERSIST=1, LOGS=1)
 	@command -v java >/dev/null || { echo "error: Java 17+ is required for DynamoDB Local (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -136,9 +136,13 @@ seed: $(STAMP) ## set stock levels from tools/local/seed.json (STACK=<stack name
 	$(ADMIN) seed --file tools/local/seed.json
 
 # --- benchmarks (docs/performance.md) ----------------------------------------------------------------
-.PHONY: bench
+.PHONY: bench bench-capacity
 bench: $(STAMP) $(NODE_STAMP) ## relay efficiency, latency, cold start and write cost -> .bench/latest.json
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.bench
+
+# Not part of make bench: the local stack is built for fidelity to AWS, not throughput (docs/performance.md).
+bench-capacity: $(STAMP) $(NODE_STAMP) ## report only: the local stack's saga capacity (a ramp of offered rates, CPU per order) -> .bench/capacity.json
+	BENCH_PARTS=capacity BENCH_REPORT=capacity.json PYTHONPATH=layers/shared $(BIN)/python -m tools.bench
 
 # --- fault injection (docs/guarantees.md) ------------------------------------------------------------
 .PHONY: chaos

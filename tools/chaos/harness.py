@@ -87,7 +87,8 @@ class ChaosConfig:
     seed: int = 7
     workers: int = 6
     # Orders created per second at most. Faster than the local pipeline drains (one moto process for
-    # EventBridge, SQS and SNS; about 9 orders/s with faults on 2 cores), queues back up and drain slowly.
+    # EventBridge, SQS and SNS; about 6 orders/s with faults on 2 idle cores, docs/performance.md), queues
+    # back up and drain slowly.
     rate: float | None = 4.0
     client_timeout_seconds: float = 3.0
     drain_timeout_seconds: float | None = None  # None: from the number of orders

@@ -39,12 +39,12 @@ from tools.local.pollers.event_sources import QueueSource
 from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
-from tools.local.services.emulators import FAKE_CREDENTIALS
-from tools.local.services.json_api import JsonApi
+from tools.local.services.raw_json import keep_raw_json, raw_json
 from tools.template import REGION
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import DeleteMessageBatchRequestEntryTypeDef
 
 _WAIT_SECONDS = 1
 _MAX_RECEIVE = 10
@@ -128,18 +128,14 @@ class QueuePoller(MappingThreads):
         self._function = function
         self._queue_url = queue_url
         self._queue_arn = queue_arn
-        self._sqs = sqs
-        # Receives and deletes, several per order, as plain JSON-protocol POSTs (json_api: why not boto3).
-        self._api = JsonApi.like(sqs, FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"])
+        # Received messages as the response's JSON had them (binary attributes in base64, as Lambda
+        # delivers them; services/raw_json.py).
+        self._sqs = keep_raw_json(sqs, "ReceiveMessage")
         self._activity = activity
         self.concurrency = batches_at_once(source, function)
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._visibility_timeout: float | None = None  # the queue's, read when polling starts
         self._batch_numbers = itertools.count(1)
-
-    def join(self, timeout: float) -> None:
-        super().join(timeout)
-        self._api.close()
 
     def _run(self) -> None:
         try:
@@ -164,17 +160,14 @@ class QueuePoller(MappingThreads):
             raise
 
     def _receive(self, limit: int, wait_seconds: int) -> list[dict[str, Any]]:
-        response = self._api.call(
-            "ReceiveMessage",
-            {
-                "QueueUrl": self._queue_url,
-                "MaxNumberOfMessages": min(_MAX_RECEIVE, limit),
-                "WaitTimeSeconds": wait_seconds,
-                "MessageSystemAttributeNames": ["All"],
-                "MessageAttributeNames": ["All"],
-            },
+        response = self._sqs.receive_message(
+            QueueUrl=self._queue_url,
+            MaxNumberOfMessages=min(_MAX_RECEIVE, limit),
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
         )
-        return list(response.get("Messages", []))
+        return list(raw_json(response).get("Messages", []))
 
     def _visibility_deadline(self, received_at: float) -> float:
         """When messages received at `received_at` (monotonic) become receivable again."""
@@ -295,8 +288,10 @@ class QueuePoller(MappingThreads):
     def _delete(self, records: list[dict[str, Any]]) -> None:
         for start in range(0, len(records), _MAX_RECEIVE):
             chunk = records[start : start + _MAX_RECEIVE]
-            entries = [{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(chunk)]
-            response = self._api.call("DeleteMessageBatch", {"QueueUrl": self._queue_url, "Entries": entries})
+            entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
+                {"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(chunk)
+            ]
+            response = self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
             for failure in response.get("Failed", []):
                 self._activity.notice(
                     "warning", self.source.label, f"delete failed: {failure.get('Message')}"

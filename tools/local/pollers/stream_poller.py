@@ -56,8 +56,7 @@ from tools.local.pollers.event_sources import StreamSource
 from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
-from tools.local.services.emulators import FAKE_CREDENTIALS
-from tools.local.services.json_api import JsonApi
+from tools.local.services.raw_json import keep_raw_json, raw_json
 from tools.template import ACCOUNT, REGION
 
 if TYPE_CHECKING:
@@ -133,24 +132,23 @@ def _iso(epoch_seconds: float, milliseconds: bool = False) -> str:
 
 
 class _RawRecordsReader:
-    """GetRecords (4 times a second and after writes) and DescribeStream (every second) with the
-    response's raw JSON (tools.local.services.json_api, not boto3): boto3's parsed form of a record drops
-    Lambda-relevant fields, so the poller parses the raw JSON anyway, and botocore's request building,
-    signing and parsing were most of a read's CPU in the stack's process."""
+    """GetRecords (4 times a second and after writes) with each record as the response's JSON had it
+    (services/raw_json.py: Lambda delivers that, not botocore's parsed form), and DescribeStream (every
+    second)."""
 
     def __init__(self, streams: DynamoDBStreamsClient) -> None:
-        self._api = JsonApi.like(streams, FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"])
+        self._streams = keep_raw_json(streams, "GetRecords")
 
     def get_records(self, iterator: str) -> tuple[list[dict[str, Any]], str | None]:
-        data = self._api.call("GetRecords", {"ShardIterator": iterator, "Limit": _GET_RECORDS_LIMIT})
+        data = raw_json(self._streams.get_records(ShardIterator=iterator, Limit=_GET_RECORDS_LIMIT))
         return list(data.get("Records", [])), data.get("NextShardIterator")
 
     def describe_stream(self, params: dict[str, Any]) -> dict[str, Any]:
-        description: dict[str, Any] = self._api.call("DescribeStream", params)["StreamDescription"]
+        description: dict[str, Any] = dict(self._streams.describe_stream(**params)["StreamDescription"])
         return description
 
     def close(self) -> None:
-        self._api.close()
+        self._streams.close()
 
 
 @dataclass

@@ -20,7 +20,6 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
-from tools.local import sampler
 from tools.local.runtime.context import LambdaContext
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository (tools/local/runtime/worker.py)
@@ -150,7 +149,6 @@ def serve(config: dict[str, Any], request_fd: int, response_fd: int) -> None:
     requests = os.fdopen(request_fd, "rb")
     responses = os.fdopen(response_fd, "wb")
     _exit_with_parent(os.getppid())
-    sampler.start(f"worker-{config['function_name']}")
     # Pipes are block-buffered by default; line buffering keeps the log view live.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tools.local.console.activity import ActivityLog, Publication
-from tools.local.services.emulators import FAKE_CREDENTIALS
-from tools.local.services.json_api import JsonApi
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -39,8 +37,7 @@ class TopicWatcher:
     def __init__(self, topic: str, queue_url: str, sqs: SQSClient, activity: ActivityLog) -> None:
         self.topic = topic
         self._queue_url = queue_url
-        # Its receives and deletes: plain JSON-protocol POSTs (json_api: why not boto3).
-        self._api = JsonApi.like(sqs, FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"])
+        self._sqs = sqs
         self._activity = activity
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"topic-{topic}", daemon=True)
@@ -53,18 +50,12 @@ class TopicWatcher:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
-        self._api.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                messages = self._api.call(
-                    "ReceiveMessage",
-                    {
-                        "QueueUrl": self._queue_url,
-                        "MaxNumberOfMessages": _MAX_RECEIVE,
-                        "WaitTimeSeconds": _WAIT_SECONDS,
-                    },
+                messages = self._sqs.receive_message(
+                    QueueUrl=self._queue_url, MaxNumberOfMessages=_MAX_RECEIVE, WaitTimeSeconds=_WAIT_SECONDS
                 ).get("Messages", [])
                 for message in messages:
                     envelope = json.loads(message["Body"])
@@ -79,10 +70,13 @@ class TopicWatcher:
                         )
                     )
                 if messages:  # one call for what one receive returned (at most 10, a batch's limit)
-                    entries = [
-                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
-                    ]
-                    self._api.call("DeleteMessageBatch", {"QueueUrl": self._queue_url, "Entries": entries})
+                    self._sqs.delete_message_batch(
+                        QueueUrl=self._queue_url,
+                        Entries=[
+                            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                            for i, m in enumerate(messages)
+                        ],
+                    )
                 if 0 < len(messages) < _MAX_RECEIVE:
                     self._stop.wait(_GATHER_SECONDS)
             except (ClientError, BotoCoreError, json.JSONDecodeError) as exc:

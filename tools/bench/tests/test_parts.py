@@ -1,0 +1,52 @@
+"""Which parts `make bench` runs (tools/bench/__main__.py): the local stack's capacity ramp is a report
+of its own (`make bench-capacity`), not a default part, and no target reads it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.bench.__main__ import TARGETS, _render_capacity, parts_to_run
+
+
+def test_the_capacity_ramp_is_not_a_default_part() -> None:
+    assert parts_to_run({}) == {"stack", "relay", "cold_start"}
+
+
+def test_the_capacity_ramp_runs_when_asked_for() -> None:
+    assert parts_to_run({"BENCH_PARTS": "capacity"}) == {"capacity"}
+    assert parts_to_run({"BENCH_PARTS": "stack,capacity"}) == {"stack", "capacity"}
+
+
+def test_an_unknown_part_is_refused() -> None:
+    with pytest.raises(SystemExit, match="unknown part"):
+        parts_to_run({"BENCH_PARTS": "stack,capcity"})
+
+
+def test_no_target_reads_the_capacity_report() -> None:
+    # Every target is decided on results that have no capacity report.
+    without_capacity = {
+        "relay": {"ours": {"put_events_calls_per_event": 0.1}, "speedup_events_per_second": 6},
+        "latency": {"post_to_confirmed": {"p50_ms": 50, "p99_ms": 150}},
+        "single_order": {"median_ms": 60},
+        "write_cost": {"wcu_per_confirmed_order": 38},
+        "cold_start": {"subjects": {"import boto3": {}, "F": {"ratio_to_boto3_with_pyc": 1.2}}},
+    }
+    assert all(check(without_capacity) for check in TARGETS.values())
+
+
+def test_the_capacity_report_renders_its_steps() -> None:
+    step = {
+        "offered_rate_per_s": 10.0,
+        "kept_up": True,
+        "confirmed_p50_ms": 80.0,
+        "confirmed_p99_ms": 200.0,
+        "cpu_ms_per_order_total": 70.0,
+        "cpu_ms_per_order": {"moto server": 20.0},
+        "load_average_before": 1.0,
+    }
+    ramp = {"orders_per_s": 10.0, "step_seconds": 20.0, "drain_seconds": 5.0, "steps": [step]}
+
+    text = "\n".join(_render_capacity(ramp))
+
+    assert "saga capacity 10 orders/s (a report, no target" in text
+    assert "moto server" in text
