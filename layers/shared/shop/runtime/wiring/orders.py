@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# Imported with the module, so a cold start pays for the default store's adapter at init, as before
+# there was a choice (the cold-start bench measures it); the PostgreSQL adapter is imported on first
+# use, so DynamoDB deployments never load psycopg.
+from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderRepository, OrderService
 from shop.runtime import invocation
 from shop.runtime.config import Settings, trace_header_from_env
@@ -20,8 +24,6 @@ def order_repository(settings: Settings, *, inbox_consumer: str | None = None) -
             trace_header=trace_header_from_env,
             inbox_consumer=inbox_consumer,
         )
-    from shop.adapters.order_repository import DynamoOrderRepository
-
     return DynamoOrderRepository(
         settings, trace_header=trace_header_from_env, seconds_left=invocation.seconds_left
     )
