@@ -48,7 +48,7 @@ from shop.adapters.outbox_items import (
 from shop.domain.envelope import now as utc_now
 from shop.domain.envelope import parse_time
 from shop.domain.errors import InvalidEnvelope
-from shop.domain.outbox import OutboxEntry
+from shop.domain.outbox import OutboxEntry, outbox_entry
 from shop.domain.poison import PoisonRecord, PoisonSink
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger
@@ -278,7 +278,7 @@ class OutboxRecovery:
             return report
         report.found = 1
         try:
-            entry = decode_outbox_image(image, self._max_event_bytes)
+            entry = self._parked_entry(image)
         except InvalidEnvelope as exc:
             report.unpublished.append(event_id)
             report.missing.append(f"event {event_id} is still unpublishable: {exc.message} {exc.details}")
@@ -298,6 +298,18 @@ class OutboxRecovery:
                 f"event {entry.event_id} is not on the bus: PutEvents failed ({result.failures_by_code})"
             )
         return report
+
+    def _parked_entry(self, item: dict[str, Any]) -> OutboxEntry:
+        """The entry of a parked record: an outbox item the stream relay parked (DynamoDB attribute-value
+        form), or an outbox row the PostgreSQL polling publisher parked (`store` = postgres)."""
+        if item.get("store") != "postgres":
+            return decode_outbox_image(item, self._max_event_bytes)
+        envelope, trace_header = item.get("envelope"), item.get("traceHeader")
+        if not isinstance(envelope, str):
+            raise InvalidEnvelope("the parked outbox row has no envelope string")
+        return outbox_entry(
+            envelope, self._max_event_bytes, trace_header if isinstance(trace_header, str) else None
+        )
 
     # --- replay ---------------------------------------------------------------------------------
     def _ttl_horizon(self) -> datetime:

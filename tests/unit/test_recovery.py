@@ -29,6 +29,7 @@ from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.adapters.outbox_items import outbox_item
 from shop.adapters.poison_queue import PoisonQueue, checked_poison_message, poison_message_body
+from shop.adapters.postgres.outbox import OutboxRow
 from shop.domain.envelope import CloudEvent
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.domain.outbox import OutboxEntry
@@ -429,6 +430,30 @@ def test_a_parked_record_that_still_cannot_be_published_stays_parked(recovery, p
     assert [line for line in report.missing if "event e-1 is still unpublishable" in line]
     assert bus() == []
     assert poison_queue() == []  # not parked a second time: the operator's message stays where it is
+
+
+def parked_row(envelope: str) -> dict[str, Any]:
+    """The poison message of an outbox row the PostgreSQL polling publisher parked."""
+    row = OutboxRow(7, "e-7", "o-1", 1, envelope, None, T0, 1)
+    return checked_poison_message(
+        json.loads(poison_message_body(PoisonRecord("7", "e-7", "bad", row.as_item())))
+    )
+
+
+def test_a_row_the_polling_publisher_parked_is_republished_once_it_decodes(recovery, poison_queue, bus):
+    image = outbox_image_of_new_order()
+
+    report = recovery.redrive_parked(parked_row(image["envelope"]["S"]))
+
+    assert report == RecoveryReport(source="poison queue", expected=1, found=1, published=1)
+    assert [e["detail"]["id"] for e in bus()] == [image["eventId"]["S"]]
+
+
+def test_a_parked_row_that_still_cannot_be_published_is_named_and_not_published(recovery, poison_queue, bus):
+    report = recovery.redrive_parked(parked_row('{"not": "a cloudevent"}'))
+
+    assert (report.found, report.published, report.unpublished) == (1, 0, ["e-7"])
+    assert bus() == []
 
 
 def parked_by_key(stream_arn: str, item: dict[str, Any]) -> dict[str, Any]:
