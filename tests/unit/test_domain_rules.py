@@ -139,12 +139,18 @@ def test_an_order_is_reserved_whole_or_not_at_all(inventory, stock):
 
 def test_a_cancel_releases_what_was_reserved_once(inventory, stock):
     inventory.apply(CREATED)
+    reserved = stock.get_reservation("o-1")
+    assert reserved is not None
 
     assert inventory.apply(CANCELLED) == "released"
     assert inventory.apply(CANCELLED) == "stale"
 
     assert levels(stock) == (5, 1)
     assert event_types(stock, "o-1") == [INVENTORY_RESERVED, INVENTORY_RELEASED]
+    # The release is stored as a new version, at the cancel's sequence and the service's clock (tick 1).
+    assert stock.get_reservation("o-1") == Reservation(
+        "o-1", ReservationStatus.RELEASED, reserved.lines, 2, reserved.version + 1, "2026-11-21T12:00:01.000Z"
+    )
 
 
 def test_a_cancel_arriving_before_its_create_means_the_late_create_reserves_nothing(inventory, stock):
@@ -164,9 +170,10 @@ def test_a_cancel_after_a_rejection_moves_no_stock(inventory, stock):
     assert inventory.apply(CANCELLED) == "cancelled-after-rejection"
 
     assert levels(stock) == (5, 1)
-    reservation = stock.get_reservation("o-1")
-    assert reservation is not None
-    assert (reservation.status, reservation.order_sequence) == (ReservationStatus.CANCELLED, 2)
+    cancelled = stock.get_reservation("o-1")
+    assert cancelled is not None
+    assert cancelled.status is ReservationStatus.CANCELLED
+    assert (cancelled.order_sequence, cancelled.updated_at) == (2, "2026-11-21T12:00:01.000Z")
     assert event_types(stock, "o-1") == [INVENTORY_REJECTED]
 
 

@@ -947,3 +947,40 @@ def test_a_name_given_on_the_command_line_wins_over_the_stacks_and_none_at_all_i
     assert outbox_admin(["--stack-name", stack, "seed", "--table", table, "--file", str(seed_file)]) == 0
     with pytest.raises(SystemExit, match="give --table or --stack-name"):
         outbox_admin(["seed", "--file", str(seed_file)])
+
+
+def test_replay_by_event_id_on_the_command_line_reads_the_stacks_orders_table_and_honours_include_expired(
+    place_orders, template, poison_queue, bus, monkeypatch, capsys
+):
+    place_orders(1)
+    _, _, records = stream_records(template)
+    [event_id] = outbox_event_ids(records)
+    table = template.physical_name("OrdersTable")
+    stack = stack_with_outputs({"OrdersTableName": table})
+    monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=17))  # past expiresAt
+    replay = [
+        "--stack-name",
+        stack,
+        "--bus",
+        template.physical_name("EventBus"),
+        "replay",
+        "--event-id",
+        event_id,
+    ]
+    poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
+    replay[2:2] = ["--poison-queue-url", poison_url]
+
+    assert outbox_admin(replay) == 1
+    [refused] = reports_printed(capsys)
+    assert (refused["table"], refused["expired"], bus()) == (table, [event_id], [])
+
+    assert outbox_admin([*replay, "--include-expired"]) == 0
+    assert [e["detail"]["id"] for e in bus()] == [event_id]
+
+
+@pytest.mark.parametrize("window", [["--from", "2026-11-21T10:00:00Z"], ["--to", "2026-11-21T10:05:00Z"], []])
+def test_replay_needs_event_ids_or_a_whole_window(template, settings, poison_queue, window):
+    table = template.physical_name("OrdersTable")
+
+    with pytest.raises(SystemExit, match="give --event-id, or both --from and --to"):
+        admin(template, "replay", "--table", table, *window)
