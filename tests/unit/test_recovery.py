@@ -958,17 +958,16 @@ def test_replay_by_event_id_on_the_command_line_reads_the_stacks_orders_table_an
     table = template.physical_name("OrdersTable")
     stack = stack_with_outputs({"OrdersTableName": table})
     monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=17))  # past expiresAt
-    replay = [
+    poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
+    names = [
         "--stack-name",
         stack,
         "--bus",
         template.physical_name("EventBus"),
-        "replay",
-        "--event-id",
-        event_id,
+        "--poison-queue-url",
+        poison_url,
     ]
-    poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
-    replay[2:2] = ["--poison-queue-url", poison_url]
+    replay = [*names, "replay", "--event-id", event_id]  # no --table: the stack's OrdersTableName
 
     assert outbox_admin(replay) == 1
     [refused] = reports_printed(capsys)
