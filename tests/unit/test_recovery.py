@@ -172,7 +172,7 @@ def test_redrive_falls_back_to_the_time_index_when_the_stream_was_trimmed(
     report = recovery.redrive(batch)
 
     # arrival window 10:01-10:02 plus 5 minutes either side covers every order placed 10:00-10:04
-    assert report.source == "table"
+    assert report == RecoveryReport(source="table", expected=batch.batch_size, found=5, published=5)
     assert report.complete
     assert sorted(e["detail"]["subject"] for e in bus()) == sorted(o["orderId"] for o in placed)
 
@@ -195,8 +195,11 @@ def test_replay_by_event_id(place_orders, recovery, bus, template):
     report = recovery.replay_events(template.physical_name("OrdersTable"), [wanted, "no-such-event"])
 
     assert [e["detail"]["id"] for e in bus()] == [wanted]
+    assert (report.source, report.expected, report.found, report.published) == ("table", 2, 1, 1)
     assert not report.complete
-    assert any("no-such-event" in line for line in report.missing)
+    assert report.missing == [
+        f"event no-such-event is not in {template.physical_name('OrdersTable')} (unknown, or deleted by TTL)"
+    ]
 
 
 @pytest.fixture
