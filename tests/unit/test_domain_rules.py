@@ -117,6 +117,9 @@ def test_an_order_created_reserves_every_line_and_a_redelivery_reserves_nothing_
 
     assert levels(stock) == (3, 0)
     assert event_types(stock, "o-1") == [INVENTORY_RESERVED]
+    assert stock.get_reservation("o-1") == Reservation(
+        "o-1", ReservationStatus.RESERVED, (("SKU-A", 2), ("SKU-B", 1)), 1, 1, "2026-11-21T12:00:00.000Z"
+    )
 
 
 def test_quantities_of_one_sku_on_several_lines_are_reserved_together(inventory, stock):
@@ -134,7 +137,7 @@ def test_an_order_is_reserved_whole_or_not_at_all(inventory, stock):
     assert levels(stock) == (5, 1)
     [rejected] = stock.outbox.events("o-1")
     assert rejected.type == INVENTORY_REJECTED
-    assert rejected.data["shortSkus"] == ["SKU-B"]
+    assert (rejected.data["reason"], rejected.data["shortSkus"]) == ("INSUFFICIENT_STOCK", ["SKU-B"])
 
 
 def test_a_cancel_releases_what_was_reserved_once(inventory, stock):
