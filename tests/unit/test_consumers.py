@@ -243,6 +243,20 @@ def test_a_failed_message_is_logged_with_its_message_and_event_ids_and_counted(
     assert metric_values(capsys.readouterr().out, "MessagesFailed") == [1]
 
 
+@pytest.mark.parametrize("body", ["[1]", '{"detail": "not an object"}', "{}", "not json"])
+def test_a_message_that_is_no_event_fails_alone_logged_without_an_event_id(invoke, inventory, caplog, body):
+    event = load_event("sqs_inventory_order_created.json")
+    [good] = event["Records"]
+    bad = {**good, "messageId": "m-bad", "body": body}
+    event["Records"] = [bad, good]
+
+    assert failures(invoke(INVENTORY, event)) == ["m-bad"]
+
+    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
+    assert (logged["message_id"], logged["event_id"]) == ("m-bad", None)
+    assert inventory.available("SKU-RED-MUG") == 8  # the good message was applied
+
+
 def test_each_duplicate_skipped_is_logged_with_its_idempotency_key_and_counted(
     invoke, inventory, capsys, caplog
 ):

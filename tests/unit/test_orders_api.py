@@ -305,6 +305,40 @@ def test_throttled_write_is_a_503_with_retry_after(api, table_items, monkeypatch
     assert table_items() == before
 
 
+def test_a_throttled_read_is_a_503_with_retry_after(api):
+    created = json_body(api(create_event(key="warm-up")))  # also builds the client the stub attaches to
+    with Stubber(shop.adapters.aws.dynamodb()) as stub:
+        stub.add_client_error("get_item", service_error_code="ProvisionedThroughputExceededException")
+
+        response = api(order_event("api_get_order.json", created["orderId"]))
+
+    assert response["statusCode"] == 503
+    assert header(response, "Retry-After") == "1"
+    assert json_body(response)["error"]["code"] == "SERVICE_BUSY"
+
+
+def test_a_replay_whose_key_record_read_is_throttled_is_a_503(api, monkeypatch):
+    api(create_event(key="k-1"))
+    with Stubber(shop.adapters.aws.dynamodb()) as stub:  # the retry finds the key taken, then reads it
+        stub.add_client_error(
+            "transact_write_items",
+            service_error_code="TransactionCanceledException",
+            modeled_fields={
+                "CancellationReasons": [
+                    {"Code": "None"},
+                    {"Code": "None"},
+                    {"Code": "ConditionalCheckFailed"},
+                ]
+            },
+        )
+        stub.add_client_error("get_item", service_error_code="ThrottlingException")
+
+        response = api(create_event(key="k-1"))
+
+    assert response["statusCode"] == 503
+    assert json_body(response)["error"]["code"] == "SERVICE_BUSY"
+
+
 def test_unexpected_failure_is_a_500_without_internals(api):
     api(create_event(key="warm-up"))
     with Stubber(shop.adapters.aws.dynamodb()) as stub:
