@@ -18,6 +18,7 @@ from shop.adapters.poison_queue import PoisonQueue
 from shop.runtime import invocation
 from shop.runtime.config import get_settings
 from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.outbox_publishing import log_published
 from shop.runtime.polling_publisher import RoundOutcome, poll_outbox, publish_pending_round
 from shop.runtime.wiring import relay as wiring
 from shop.runtime.wiring.order_database import order_database
@@ -42,16 +43,7 @@ def publish_round() -> RoundOutcome:
         max_event_bytes=settings.max_event_bytes,
         remaining_seconds=invocation.seconds_left,
     )
-    for _, entry in outcome.published:
-        logger.info(
-            "event published",
-            extra={
-                "event_id": entry.event_id,
-                "event_type": entry.detail_type,
-                "aggregate": entry.aggregate,
-                "correlation_id": entry.correlation_id,
-            },
-        )
+    log_published(entry for _, entry in outcome.published)
     return outcome
 
 

@@ -17,6 +17,7 @@ from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.poison_queue import PoisonQueue
 from shop.runtime.config import get_settings
 from shop.runtime.observability import logger, metrics, tracer
+from shop.runtime.outbox_publishing import log_published
 from shop.runtime.relay import StreamChange, relay_outbox_changes
 from shop.runtime.wiring import relay as wiring
 
@@ -56,16 +57,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         get_settings().max_event_bytes,
         remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
     )
-    for entry in outcome.published:
-        logger.info(
-            "event published",
-            extra={
-                "event_id": entry.event_id,
-                "event_type": entry.detail_type,
-                "aggregate": entry.aggregate,
-                "correlation_id": entry.correlation_id,
-            },
-        )
+    log_published(outcome.published)
     if outcome.checkpoint is None:
         return {"batchItemFailures": []}
     # Only a transient failure gets here (poison was parked). Lambda retries from the lowest reported

@@ -161,13 +161,6 @@ def assert_each_order_in_sequence(bus: RecordingBus, expected_events: int) -> No
     assert len({event_id for _, _, event_id in bus.accepted}) == expected_events
 
 
-@pytest.fixture
-def database(order_database: ConnectionSettings) -> Iterator[Database]:
-    db = Database(order_database)
-    yield db
-    db.close()
-
-
 # --- several publishers at once ---------------------------------------------------------------------------
 @pytest.mark.parametrize("publishers", [2, 4])
 def test_publishers_running_at_once_keep_each_orders_sequence_on_the_bus(
@@ -362,7 +355,7 @@ def test_the_loop_polls_until_the_invocations_last_seconds_and_rides_out_a_datab
     clock = iter([30.0, 20.0, 10.0, RESERVE_SECONDS + 0.5, RESERVE_SECONDS])
     pauses: list[float] = []
     rounds: Iterator[RoundOutcome | ServiceBusy] = iter(
-        [ServiceBusy("down"), RoundOutcome(claimed=3, left_pending=3), RoundOutcome()]
+        [ServiceBusy("down"), RoundOutcome(claimed=3), RoundOutcome()]
     )
 
     def next_round() -> RoundOutcome:

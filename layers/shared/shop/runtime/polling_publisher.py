@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.exceptions import BotoCoreError, ClientError
 
 from shop.adapters.postgres.connection import Database
 from shop.adapters.postgres.outbox import (
@@ -41,6 +40,7 @@ from shop.domain.outbox import OutboxEntry, outbox_entry
 from shop.domain.poison import PoisonRecord, PoisonSink
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger, metrics
+from shop.runtime.outbox_publishing import park_poison
 
 MAX_ORDERS_PER_ROUND = 50
 IDLE_PAUSE_SECONDS = 0.2  # between empty rounds: the lag while idle, and the queries it costs
@@ -53,9 +53,13 @@ class RoundOutcome:
     claimed: int = 0
     published: list[tuple[OutboxRow, OutboxEntry]] = field(default_factory=list)
     parked: list[PoisonRecord] = field(default_factory=list)
-    left_pending: int = 0
     put_events_calls: int = 0
     failures_by_code: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def left_pending(self) -> int:
+        """Claimed rows neither published nor parked: the next round takes them again."""
+        return self.claimed - len(self.published) - len(self.parked)
 
 
 def _poison(row: OutboxRow, exc: InvalidEnvelope) -> PoisonRecord:
@@ -66,21 +70,6 @@ def _poison(row: OutboxRow, exc: InvalidEnvelope) -> PoisonRecord:
         details={**exc.details, "outboxPosition": row.position},
         image=row.as_item(),
     )
-
-
-def _park(record: PoisonRecord, sink: PoisonSink) -> bool:
-    extra = {"event_id": record.event_id, "outbox_position": record.sequence_number, "reason": record.reason}
-    try:
-        sink.park(record)
-    except (ClientError, BotoCoreError) as exc:
-        logger.warning(
-            "poison queue unavailable; the row stays pending", extra={**extra, "error": str(exc)[:500]}
-        )
-        metrics.add_metric(name="PoisonParkFailed", unit=MetricUnit.Count, value=1)
-        return False
-    logger.error("poison outbox row", extra={**extra, "action": "parked in the poison queue"})
-    metrics.add_metric(name="PoisonRecords", unit=MetricUnit.Count, value=1)
-    return True
 
 
 def publish_pending_round(
@@ -107,7 +96,7 @@ def publish_pending_round(
                 continue
             except InvalidEnvelope as exc:
                 record = _poison(row, exc)
-            if _park(record, poison_sink):
+            if park_poison(record, poison_sink):
                 mark_parked(cursor, row.position, record.reason)
                 outcome.parked.append(record)
             else:
@@ -117,7 +106,7 @@ def publish_pending_round(
             row = batch[position][0]
             refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
             record = _poison(row, refused)
-            if not _park(record, poison_sink):
+            if not park_poison(record, poison_sink):
                 return False
             mark_parked(cursor, row.position, record.reason)
             outcome.parked.append(record)
@@ -141,7 +130,6 @@ def publish_pending_round(
                     "failures_by_code": result.failures_by_code,
                 },
             )
-        outcome.left_pending = outcome.claimed - len(outcome.published) - len(outcome.parked)
     return outcome
 
 

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.exceptions import BotoCoreError, ClientError
 
 from shop.adapters.outbox_items import decode_outbox_image, event_id_of_image, is_outbox_image
 from shop.domain.envelope import parse_time
@@ -34,6 +33,7 @@ from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord, PoisonSink
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger, metrics
+from shop.runtime.outbox_publishing import park_poison
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ def relay_outbox_changes(
         segment = []
         if stop is not None:
             break
-        if not _park(poison, poison_sink):
+        if not park_poison(poison, poison_sink):
             stop = position
             break
         outcome.parked.append(poison)
@@ -110,7 +110,7 @@ def _publish_segment(
         change = changes[segment[entry_position][0]]
         refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
         record = _poison_record(change, refused)
-        if not _park(record, poison_sink):
+        if not park_poison(record, poison_sink):
             return False
         outcome.parked.append(record)
         return True
@@ -145,25 +145,6 @@ def _poison_record(change: StreamChange, exc: InvalidEnvelope) -> PoisonRecord:
         image=change.new_image,
         stream_arn=change.stream_arn,
     )
-
-
-def _park(record: PoisonRecord, sink: PoisonSink) -> bool:
-    extra = {
-        "event_id": record.event_id,
-        "sequence_number": record.sequence_number,
-        "reason": record.reason,
-        "details": record.details,
-    }
-    try:
-        sink.park(record)
-    except (ClientError, BotoCoreError) as exc:
-        # Transient like any publish failure: the shard waits here rather than lose the record.
-        logger.warning("poison queue unavailable; checkpointing", extra={**extra, "error": str(exc)[:500]})
-        metrics.add_metric(name="PoisonParkFailed", unit=MetricUnit.Count, value=1)
-        return False
-    logger.error("poison outbox record", extra={**extra, "action": "parked in the poison queue"})
-    metrics.add_metric(name="PoisonRecords", unit=MetricUnit.Count, value=1)
-    return True
 
 
 def _record_metrics(outcome: RelayOutcome) -> None:
