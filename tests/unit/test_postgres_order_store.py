@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -25,13 +26,6 @@ from tests.support.postgres import connect
 
 SETTINGS = Settings.from_env({})
 COMMAND = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
-
-
-@pytest.fixture
-def database(order_database: ConnectionSettings) -> Iterator[Database]:
-    db = Database(order_database)
-    yield db
-    db.close()
 
 
 def rows(settings: ConnectionSettings, sql: str) -> list[tuple[object, ...]]:
@@ -112,3 +106,53 @@ def test_a_connection_broken_mid_transaction_is_service_busy_and_the_next_call_r
     with pytest.raises(ServiceBusy):
         service.get_order(first)
     assert service.get_order(first).order_id == first
+
+
+@pytest.fixture
+def password_role(postgres_server: ConnectionSettings) -> Iterator[ConnectionSettings]:
+    """A role `app` whose password the server checks (scram-sha-256 on the socket); its settings."""
+    with connect(postgres_server) as admin:
+        (hba_file,) = admin.execute("SHOW hba_file").fetchone()  # type: ignore[misc]
+        admin.execute("DROP ROLE IF EXISTS app")
+        admin.execute("CREATE ROLE app LOGIN PASSWORD 'rotated'")
+        original = Path(hba_file).read_text()
+        Path(hba_file).write_text("local all app scram-sha-256\n" + original)
+        admin.execute("SELECT pg_reload_conf()")
+    try:
+        yield replace(postgres_server, user="app")
+    finally:
+        with connect(postgres_server) as admin:
+            Path(hba_file).write_text(original)
+            admin.execute("SELECT pg_reload_conf()")
+            admin.execute("DROP ROLE app")
+
+
+def test_a_password_the_database_refuses_is_fetched_again_once(password_role: ConnectionSettings):
+    asked: list[bool] = []
+
+    def password(refresh: bool) -> str:
+        asked.append(refresh)
+        return "rotated" if refresh else "before-rotation"  # the cache still holds the old secret
+
+    database = Database(replace(password_role, password=password))
+    try:
+        with database.transaction() as cursor:
+            cursor.execute("SELECT current_user")
+            assert cursor.fetchone() == ("app",)
+    finally:
+        database.close()
+    assert asked == [False, True]
+
+
+def test_a_database_that_is_down_is_asked_once_not_twice(tmp_path):
+    asked: list[bool] = []
+
+    def password(refresh: bool) -> str:
+        asked.append(refresh)
+        return "secret"
+
+    down = Database(ConnectionSettings(str(tmp_path), 5432, "postgres", "app", password))
+
+    with pytest.raises(ServiceBusy), down.transaction():
+        pass
+    assert asked == [False]

@@ -45,12 +45,16 @@ class Database:
         if self._connection is not None and not self._connection.closed:
             return self._connection
         try:
-            self._connection = self._open(refresh_password=False)
-        except psycopg.OperationalError:
-            try:  # a rotated secret refuses the cached password: once more with a fresh one
-                self._connection = self._open(refresh_password=True)
+            try:
+                self._connection = self._open(refresh_password=False)
             except psycopg.OperationalError as exc:
-                raise ServiceBusy("the order database is unavailable; retry shortly") from exc
+                # A rotated secret refuses the cached password: once more with a fresh one. Only then:
+                # a server that is down would make every caller wait out two connect timeouts.
+                if "authentication failed" not in str(exc):
+                    raise
+                self._connection = self._open(refresh_password=True)
+        except psycopg.OperationalError as exc:
+            raise ServiceBusy("the order database is unavailable; retry shortly") from exc
         return self._connection
 
     def _open(self, *, refresh_password: bool) -> psycopg.Connection:
