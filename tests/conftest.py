@@ -31,7 +31,7 @@ from tests.support import LambdaContext, clear_module_caches, load_handler_modul
 from tools.template import Template
 
 if TYPE_CHECKING:
-    from shop.adapters.postgres.connection import ConnectionSettings
+    from shop.adapters.postgres.connection import ConnectionSettings, Database
     from tools.local.services.emulators import LocalServices
     from tools.local.stack import LocalStack
 
@@ -119,6 +119,16 @@ def order_database(postgres_server: ConnectionSettings) -> ConnectionSettings:
 
     empty_tables(postgres_server)
     return postgres_server
+
+
+@pytest.fixture
+def database(order_database: ConnectionSettings) -> Iterator[Database]:
+    """The product's connection to the emptied order database, closed after the test."""
+    from shop.adapters.postgres.connection import Database
+
+    connection = Database(order_database)
+    yield connection
+    connection.close()
 
 
 # --- the local stack (tests/local_stacks.py, imported only when a test asks for it) --------------------

@@ -3,10 +3,6 @@ the health figures the alarms read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
@@ -16,13 +12,6 @@ from tests.support.postgres import connect
 
 SETTINGS = Settings.from_env({"OUTBOX_TTL_DAYS": "16"})
 COMMAND = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
-
-
-@pytest.fixture
-def database(order_database: ConnectionSettings) -> Iterator[Database]:
-    db = Database(order_database)
-    yield db
-    db.close()
 
 
 def place(database: Database, count: int, key_prefix: str | None = None) -> list[str]:
