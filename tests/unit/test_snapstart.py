@@ -76,7 +76,9 @@ def test_the_parameter_switches_snapstart_and_the_alias_of_every_function(
     assert mappings, "the relay and the consumers are invoked by event source mappings"
     assert permissions, "API Gateway is allowed to invoke the API function"
     if snap_start == "None":
-        assert aliases == {}
+        # Only a function that always publishes versions for a reason of its own has an alias then: the
+        # order database's migration function, whose new version re-runs the schema's custom resource.
+        assert {a["FunctionName"]["Ref"] for a in aliases.values()} == {"OrderDatabaseMigrationFunction"}
         invoked = {p["FunctionName"]["Ref"] for p in (*mappings.values(), *permissions.values())}
         assert invoked <= set(functions)
         return

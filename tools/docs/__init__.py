@@ -4,7 +4,8 @@
 
 - docs/reference.md  the marked tables: resources by type with their purpose, outputs, and each
                      function's permissions, from template.yaml read through SAM CLI's
-                     AWS::LanguageExtensions expansion (Fn::ForEach, conditions, parameter defaults)
+                     AWS::LanguageExtensions expansion (Fn::ForEach, conditions, parameter defaults),
+                     once per OrderStore value (cfn.VARIANT_PARAMETER): permissions per store
 - docs/asyncapi.yaml AsyncAPI 3.0: the bus as one channel, one message per event type (the CloudEvents
                      envelope of shop.envelope, `data` from shop.event_types), the relay's send and
                      each EventBridge rule's receive operation

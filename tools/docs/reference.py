@@ -5,6 +5,10 @@ convention for types that have no Description property), its `Description` or `A
 the Description of the output that returns it; else what refers to it (the function that logs to a log
 group, the queues a queue policy governs, the role a policy attaches to, the routes of an API). A
 resource with none of these stops the generator: give it `Metadata: Description`.
+
+The template is read for each value of its variant parameter (cfn.VARIANT_PARAMETER, OrderStore): a
+resource or output is described as the expansion in which it is created reads it, and each function's
+permissions are listed per value, one row for the values that grant it the same.
 """
 
 from __future__ import annotations
@@ -13,7 +17,17 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from tools.docs.cfn import WILDCARD, ExpandedTemplate, Grant, TemplateError, as_list, logical_id, reference
+from tools.docs.cfn import (
+    VARIANT_PARAMETER,
+    WILDCARD,
+    ExpandedTemplate,
+    Grant,
+    Permissions,
+    TemplateError,
+    as_list,
+    logical_id,
+    reference,
+)
 
 
 def ticked(names: Iterable[str]) -> str:
@@ -81,11 +95,28 @@ def _referrers(template: ExpandedTemplate) -> dict[str, str]:
     return told
 
 
+def where_created(template: ExpandedTemplate, name: str, section: str = "Resources") -> ExpandedTemplate:
+    """The first expansion (of template.variants()) that creates the resource or output; the default if
+    none does (its condition is on another parameter, such as HasAlarmEmail)."""
+    variants = list(template.variants().values())
+    for variant in variants:
+        condition = variant.data.get(section, {})[name].get("Condition")
+        if condition is None or variant.conditions[condition]:
+            return variant
+    return variants[0]
+
+
 def purposes(template: ExpandedTemplate) -> dict[str, str]:
-    outputs = _output_descriptions(template)
-    referrers = _referrers(template)
+    """Each resource's purpose, from the expansion that creates it (another one empties its references)."""
+    told = {
+        id(variant): (_output_descriptions(variant), _referrers(variant))
+        for variant in template.variants().values()
+    }
     found: dict[str, str] = {}
-    for name, resource in template.resources.items():
+    for name in template.resources:
+        variant = where_created(template, name)
+        outputs, referrers = told[id(variant)]
+        resource = variant.resources[name]
         props = resource.get("Properties", {})
         purpose = (
             resource.get("Metadata", {}).get("Description")
@@ -96,9 +127,12 @@ def purposes(template: ExpandedTemplate) -> dict[str, str]:
         )
         if not purpose:
             raise TemplateError(f"{name}: say what it is for in `Metadata: Description`")
-        condition = resource.get("Condition")
-        found[name] = f"{str(purpose).rstrip('.')} (only when `{condition}`)." if condition else str(purpose)
+        found[name] = only_when(str(purpose), resource.get("Condition"))
     return found
+
+
+def only_when(text: str, condition: str | None) -> str:
+    return f"{' '.join(text.split()).rstrip('.')} (only when `{condition}`)." if condition else text
 
 
 def resources_table(template: ExpandedTemplate) -> str:
@@ -124,11 +158,13 @@ def returned(value: Any) -> str:
 
 def outputs_table(template: ExpandedTemplate) -> str:
     rows = []
-    for name, output in template.outputs.items():
+    for name in template.outputs:
+        output = where_created(template, name, "Outputs").outputs[name]
         description = output.get("Description")
         if not description:
             raise TemplateError(f"output {name}: give it a Description")
-        rows.append([f"`{name}`", cell(str(description)), cell(returned(output.get("Value")))])
+        what = only_when(str(description), output.get("Condition"))
+        rows.append([f"`{name}`", cell(what), cell(returned(output.get("Value")))])
     return table(["Output", "What", "Value"], rows)
 
 
@@ -155,17 +191,29 @@ def clauses(grants: frozenset[Grant]) -> str:
 
 
 def permissions_table(template: ExpandedTemplate) -> str:
+    """One row per function and set of variant values that grant it the same (values it is not created
+    for have none)."""
+    variants = template.variants()
+    functions = {f: None for variant in variants.values() for f in variant.functions()}
     rows = []
-    for function in template.functions():
-        permissions = template.permissions(function)
-        rows.append(
-            [
+    for function in functions:
+        granting: dict[Permissions, list[str]] = defaultdict(list)
+        for value, variant in variants.items():
+            if function in variant.functions():
+                granting[variant.permissions(function)].append(value)
+        for permissions, values in granting.items():
+            row = [
                 f"`{function}` (role `{permissions.role}`)",
                 clauses(permissions.code),
                 clauses(permissions.runtime),
             ]
-        )
-    return table(["Function", "Its code calls", "Lambda uses, to run it"], rows)
+            if len(variants) > 1:
+                row.insert(1, ticked(values))
+            rows.append(row)
+    header = ["Function", "Its code calls", "Lambda uses, to run it"]
+    if len(variants) > 1:
+        header.insert(1, f"`{VARIANT_PARAMETER}`")
+    return table(header, rows)
 
 
 def tables(template: ExpandedTemplate) -> dict[str, str]:

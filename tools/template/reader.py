@@ -209,6 +209,7 @@ class Template:
         data: dict[str, Any],
         parameters: Mapping[str, str] | None = None,
         stack_name: str = "local",
+        application_outputs: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         # Data already expanded (Template.load, or a copy of another Template's data) is kept as given:
         # callers may adjust it afterwards and every view reads it anew.
@@ -218,6 +219,9 @@ class Template:
             name: str(spec.get("Default", "")) for name, spec in data.get("Parameters", {}).items()
         }
         self.parameter_values.update(parameters or {})
+        # What a nested application's outputs are locally (the local stack stands in for the order
+        # database's: its embedded server), by logical id; others read as placeholders.
+        self.application_outputs = {k: dict(v) for k, v in (application_outputs or {}).items()}
         self._views: dict[str, _View] = {}
 
     @classmethod
@@ -285,14 +289,29 @@ class Template:
             attributes |= {"TopicName": self.physical_name(logical_id), "TopicArn": self.arn(logical_id)}
         if resource_type == "AWS::Events::EventBus":
             attributes["Name"] = self.physical_name(logical_id)
+        if resource_type == "AWS::Serverless::Application":
+            given = self.application_outputs.get(logical_id, {})
+            attributes |= {
+                f"Outputs.{name}": given.get(name, f"{self.physical_name(logical_id)}-{name}")
+                for name in self.nested_outputs(logical_id)
+            }
         return attributes
+
+    def nested_outputs(self, logical_id: str) -> list[str]:
+        """The output names of a nested application whose Location is a file of this repository."""
+        location = self.resources[logical_id].get("Properties", {}).get("Location")
+        if not isinstance(location, str):
+            return []  # a Serverless Application Repository application: not read locally
+        return list(load_yaml(ROOT / location).get("Outputs", {}))
 
     # --- SAM's plugins and intrinsic resolver -----------------------------------------------------
     def _view(self) -> _View:
         """The data with SAM's plugins applied and a resolver for it, cached while the data is unchanged."""
         key = hashlib.sha256(
             json.dumps(
-                [self.data, self.parameter_values, self.stack_name], sort_keys=True, default=str
+                [self.data, self.parameter_values, self.stack_name, self.application_outputs],
+                sort_keys=True,
+                default=str,
             ).encode()
         ).hexdigest()
         view = self._views.get(key)

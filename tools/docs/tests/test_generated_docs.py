@@ -64,19 +64,39 @@ def test_the_consumers_made_by_a_loop_are_documented_one_by_one(expanded: Expand
             assert f"| `{consumer}{suffix}` |" in table
 
 
-def test_role_policy_statements_are_listed_under_their_role(expanded: ExpandedTemplate) -> None:
-    policies = expanded.of_type("AWS::IAM::RolePolicy")
+@pytest.mark.parametrize("store", ["dynamodb", "postgres"])
+def test_role_policy_statements_are_listed_under_their_role(expanded: ExpandedTemplate, store: str) -> None:
+    variant = expanded.variants()[store]
+    policies = [name for name in variant.of_type("AWS::IAM::RolePolicy") if variant.is_created(name)]
     assert policies, "each function's own access is written as role policies"
     for name in policies:
-        role = cfn.reference(expanded.properties(name)["RoleName"])
-        function = next(f for f in expanded.functions() if expanded.role_of(f) == role)
-        permissions = expanded.permissions(function)
+        role = cfn.reference(variant.properties(name)["RoleName"])
+        function = next(f for f in variant.functions() if variant.role_of(f) == role)
+        permissions = variant.permissions(function)
         # an effect policy holds what the code calls; a source policy may hold what Lambda uses too
         listed = permissions.code if name.endswith("EffectPolicy") else permissions.code | permissions.runtime
-        for statement in cfn.as_list(expanded.properties(name)["PolicyDocument"]["Statement"]):
+        for statement in cfn.as_list(variant.properties(name)["PolicyDocument"]["Statement"]):
             for action in cfn.as_list(statement["Action"]):
                 for resource in cfn.as_list(statement["Resource"]):
                     assert (action, cfn.resource_of(resource, name)) in listed, (name, action, resource)
+
+
+def test_each_order_store_is_documented_with_what_exists_only_for_it(expanded: ExpandedTemplate) -> None:
+    assert list(expanded.variants()) == ["dynamodb", "postgres"]  # the default first
+    stores: dict[str, list[str]] = {}
+    for row in reference.permissions_table(expanded).splitlines()[2:]:
+        function, values = row.strip("|").split("|")[:2]
+        stores.setdefault(function.split("`")[1], []).extend(v.strip(" `") for v in values.split(","))
+    # a function the postgres store alone creates has one row, for it, with what it is granted there
+    assert stores["OutboxPublisherFunction"] == ["postgres"]
+    assert stores["OrdersApiFunction"] == ["dynamodb", "postgres"]  # granted differently by each
+    postgres = expanded.variants()["postgres"]
+    assert ("events:PutEvents", "EventBus") in postgres.permissions("OutboxPublisherFunction").code
+    # and each resource it alone creates is described from the expansion that creates it
+    assert (
+        "| `OutboxPublisherLogGroup` | `AWS::Logs::LogGroup`: Log group of `OutboxPublisherFunction` "
+        "(only when `UsePostgres`). |"
+    ) in reference.resources_table(expanded)
 
 
 # --- the events the domain builds ----------------------------------------------------------------------

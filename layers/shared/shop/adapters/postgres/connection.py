@@ -26,6 +26,13 @@ CONNECT_TIMEOUT_SECONDS = 3
 STATEMENT_TIMEOUT_MS = 5_000
 
 
+def sslmode(host: str) -> str:
+    """TLS over the network (Aurora); none on a local Unix socket, which never leaves the machine.
+    `require` encrypts without checking the server's certificate against the RDS CA bundle: the VPC,
+    its security groups and the private endpoint name stand for the server's identity."""
+    return "disable" if host.startswith("/") else "require"
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
     host: str  # a host name, or a directory holding the server's Unix socket (locally)
@@ -68,6 +75,7 @@ class Database:
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
             options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
             application_name="serverless-outbox",
+            sslmode=sslmode(settings.host),
             autocommit=True,  # transactions are explicit: Database.transaction()
         )
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from yoyo import get_backend, read_migrations
 
-from shop.adapters.postgres.connection import ConnectionSettings
+from shop.adapters.postgres.connection import ConnectionSettings, sslmode
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -24,7 +24,10 @@ def migration_uri(settings: ConnectionSettings) -> str:
     credentials = quote(settings.user, safe="") + (f":{quote(password, safe='')}" if password else "")
     if settings.host.startswith("/"):
         return f"postgresql+psycopg://{credentials}@/{settings.dbname}?host={quote(settings.host)}&port={settings.port}"
-    return f"postgresql+psycopg://{credentials}@{settings.host}:{settings.port}/{settings.dbname}"
+    return (
+        f"postgresql+psycopg://{credentials}@{settings.host}:{settings.port}/{settings.dbname}"
+        f"?sslmode={sslmode(settings.host)}"
+    )
 
 
 def apply_migrations(settings: ConnectionSettings) -> list[str]:
