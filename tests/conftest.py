@@ -149,6 +149,24 @@ def local_stack(
 
 
 @pytest.fixture(scope="session")
+def postgres_stack(
+    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    from tests import local_stacks
+
+    yield from local_stacks.postgres_stack_session(local_services, tmp_path_factory.mktemp("postgres-stack"))
+
+
+@pytest.fixture(params=["dynamodb", "postgres"])
+def saga_stack(request: pytest.FixtureRequest) -> LocalStack:
+    """The local stack of each order store (the saga's tests run on both)."""
+    stack: LocalStack = request.getfixturevalue(
+        "local_stack" if request.param == "dynamodb" else "postgres_stack"
+    )
+    return stack
+
+
+@pytest.fixture(scope="session")
 def probe_stack(
     local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalStack]:

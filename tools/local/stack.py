@@ -27,6 +27,7 @@ from tools.local.pollers.checkpoints import CheckpointStore
 from tools.local.pollers.destinations import FailureDestinations
 from tools.local.pollers.event_sources import IMPLICIT_API, EventSources, read_event_sources
 from tools.local.pollers.queue_poller import QueuePoller
+from tools.local.pollers.scheduler import SchedulePoller
 from tools.local.pollers.stream_poller import StreamPoller
 from tools.local.processes import StartupError
 from tools.local.reader.permissions import tables_written
@@ -38,12 +39,15 @@ from tools.local.runtime.functions import (
     function_environment,
 )
 from tools.local.runtime.launchers import ForkServer, Launcher, shared_environment
+from tools.local.services.custom_resources import create_custom_resources
 from tools.local.services.emulators import AwsClients, Endpoints, LocalServices
+from tools.local.services.order_database import DatabaseLocation
 from tools.local.services.provisioning import SEED_FILE, Provisioner, ProvisioningReport
 from tools.local.services.topics import TopicWatcher
 from tools.template import ROOT, Template
 
 DEFAULT_DATA_DIR = ROOT / ".local-data"
+ORDER_DATABASE = "OrderDatabase"  # the nested application of OrderStore=postgres
 _JOIN_SECONDS = 3.0
 _WAIT_POLL_SECONDS = 0.1
 T = TypeVar("T")
@@ -68,6 +72,8 @@ class StackOptions:
     # Execution environments per function (concurrent invocations) when the template reserves no
     # concurrency for it (ReservedConcurrentExecutions); default LOCAL_MAX_CONCURRENCY, else 4.
     max_concurrency: int = field(default_factory=default_max_concurrency)
+    # Scheduled functions' periods multiplied by this (tests: 0.05 makes a minute 3 s).
+    schedule_time_scale: float = 1.0
 
     @property
     def log_dir(self) -> Path:
@@ -81,6 +87,7 @@ class StartupReport:
     init_errors: dict[str, FunctionError] = field(default_factory=dict)
     functions_not_emulated: list[str] = field(default_factory=list)
     auth_not_enforced: list[str] = field(default_factory=list)
+    custom_resources: dict[str, Any] = field(default_factory=dict)  # each one's response Data
 
 
 class LocalStack:
@@ -110,11 +117,12 @@ class LocalStack:
         self.report = StartupReport()
         self.functions: dict[str, FunctionRuntime] = {}
         self.api: ApiServer | None = None
-        self._pollers: list[StreamPoller | QueuePoller | TopicWatcher] = []
+        self._pollers: list[StreamPoller | QueuePoller | SchedulePoller | TopicWatcher] = []
         self._stream_arns: dict[str, str] = {}
         self._queue_urls: dict[str, str] = {}
         self._fork_server: ForkServer | None = None
         self._provisioner: Provisioner | None = None
+        self._order_database: DatabaseLocation | None = None
 
     # --- lifecycle --------------------------------------------------------------------------------
     def __enter__(self) -> LocalStack:
@@ -135,6 +143,7 @@ class LocalStack:
 
     def _start(self, began: float) -> None:
         stages = self._api_stages()
+        self._stand_in_for_applications()
         self._create_functions()
         served = [route for route in self.sources.routes if route.function in self.functions]
         routes = RouteTable(served, stages)  # a route conflict fails before anything starts
@@ -152,12 +161,16 @@ class LocalStack:
                 self.services.wait_ready()
             provisioner = self._provisioner = Provisioner(self.template, self.clients)
             self.report.provisioning = provisioner.provision(self.options.seed_file)
+            if self._order_database is not None:
+                self._store_database_secret(self._order_database)
             inits.result()
         self._queue_urls = {q: provisioner.queue_url(q) for q in self.template.of_type("AWS::SQS::Queue")}
         for logical_id, runtime in self.functions.items():
             error = runtime.wait_ready()
             if error is not None:
                 self.report.init_errors[logical_id] = error
+        # What CloudFormation runs before the stack is complete: the order database's migrations.
+        self.report.custom_resources = create_custom_resources(self.template, self.functions)
         if self.options.serve:
             self._start_event_sources()
             if self.api is not None:
@@ -182,6 +195,9 @@ class LocalStack:
             self.services.stop()
         else:
             self._drop_tables()
+            if self._order_database is not None:
+                with contextlib.suppress(Exception):  # the server may be gone already
+                    self.services.order_database.drop(self.template.stack_name)
 
     def _drop_tables(self) -> None:
         """Delete the tables this stack created in services it borrowed (tests and chaos runs share them).
@@ -199,6 +215,18 @@ class LocalStack:
                 dynamodb.delete_table(TableName=self.template.physical_name(logical_id))
 
     # --- parts ------------------------------------------------------------------------------------
+    def _stand_in_for_applications(self) -> None:
+        """Nested applications the local stack stands in for: OrderDatabase (OrderStore=postgres) is a
+        database of the embedded PostgreSQL server; its outputs feed the template as Aurora's would."""
+        for logical_id in self.template.of_type("AWS::Serverless::Application"):
+            if not self.template.is_created(logical_id):
+                continue
+            if logical_id != ORDER_DATABASE:
+                self.report.functions_not_emulated.append(f"{logical_id}: nested application not emulated")
+                continue
+            self._order_database = self.services.order_database.database(self.template.stack_name)
+            self.template.application_outputs[logical_id] = self._order_database.outputs()
+
     def _api_stages(self) -> dict[str, str]:
         stages = {IMPLICIT_API: "Prod"}
         for api in self.template.of_type("AWS::Serverless::Api"):
@@ -208,6 +236,14 @@ class LocalStack:
             if authorizer:
                 self.report.auth_not_enforced.append(f"{api} ({authorizer})")
         return stages
+
+    def _store_database_secret(self, database: DatabaseLocation) -> None:
+        """The order database's password secret, as Aurora's ManageMasterUserPassword creates it."""
+        secrets = self.clients.secrets()
+        try:
+            secrets.create_secret(Name=database.secret_name, SecretString=database.secret_string())
+        except secrets.exceptions.ResourceExistsException:  # a persisted stack started again
+            secrets.put_secret_value(SecretId=database.secret_name, SecretString=database.secret_string())
 
     def _create_functions(self) -> None:
         specs = {}
@@ -314,6 +350,16 @@ class LocalStack:
                     self.activity,
                 )
             )
+        for schedule in self.sources.schedules:
+            if schedule.enabled and schedule.function in self.functions:
+                self._pollers.append(
+                    SchedulePoller(
+                        schedule,
+                        self.functions[schedule.function],
+                        self.activity,
+                        self.options.schedule_time_scale,
+                    )
+                )
         for topic, queue_url in self.report.provisioning.console_queues.items():
             self._pollers.append(TopicWatcher(topic, queue_url, sqs, self.activity))
         for poller in self._pollers:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from tools.local.runtime.functions import InvocationResult
 
-Trigger = Literal["api", "dynamodb", "sqs", "direct"]
+Trigger = Literal["api", "dynamodb", "sqs", "schedule", "direct"]
 Level = Literal["info", "warning", "error"]
 _KEEP_ENTRIES = 10_000
 

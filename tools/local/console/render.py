@@ -136,6 +136,8 @@ class Console:
         timing = self.paint(f"{result.duration_ms:.0f} ms" + (" cold" if result.cold_start else ""), _DIM)
         if invocation.trigger == "api":
             return [self._api_line(invocation, label, timing)]
+        if invocation.trigger == "schedule":
+            return [self._scheduled_line(invocation, label, timing)]
         records = invocation.records
         lines = []
         error = result.error
@@ -176,6 +178,17 @@ class Console:
         elif status >= 400:
             shown = self.paint(shown, _YELLOW)
         return f"{self._prefix(invocation.at, label)}{text} {shown}  {timing}"
+
+    def _scheduled_line(self, invocation: Invocation, label: str, timing: str) -> str:
+        """A scheduled run: what the function returned (the publisher's totals, say), or its error."""
+        result = invocation.result
+        if result.error is not None:
+            outcome = self.paint(f"FAILED {result.error.error_type}: {result.error.message}", _RED)
+        elif isinstance(result.payload, dict):
+            outcome = " ".join(f"{k}={v}" for k, v in result.payload.items())
+        else:
+            outcome = self.paint("ok", _GREEN)
+        return f"{self._prefix(invocation.at, label)}schedule {invocation.source}  {outcome}  {timing}"
 
     def notice_line(self, notice: Notice) -> str:
         colour = {"error": _RED, "warning": _YELLOW}.get(notice.level, "")

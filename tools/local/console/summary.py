@@ -93,7 +93,7 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
         )
 
     sources = stack.sources
-    if sources.streams or sources.queues:
+    if sources.streams or sources.queues or sources.schedules:
         lines.append(bold("Event sources"))
     for stream in sources.streams:
         settings = f"batch {stream.batch_size}, window {stream.batching_window_seconds:g} s, " + (
@@ -114,6 +114,10 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
         if runtime is not None:
             settings += f", up to {queue_poller.batches_at_once(queue, runtime)} batches at once"
         lines.append(f"  {queue.queue} → {short_name(queue.function)}  {dim(settings)}")
+    for schedule in sources.schedules:
+        every = f"every {schedule.period_seconds * stack.options.schedule_time_scale:g} s"
+        settings = f"{every}, asynchronous (runs may overlap)" if schedule.enabled else "DISABLED"
+        lines.append(f"  schedule {schedule.name} → {short_name(schedule.function)}  {dim(settings)}")
     for note in sources.not_emulated:
         lines.append(console.paint(f"  not emulated locally: {note}", _YELLOW))
     for warning in sources.warnings:
@@ -132,6 +136,10 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
     lines.append(bold("Services"))
     lines.append(f"  DynamoDB Local                {endpoints.dynamodb}  {dim(storage)}")
     lines.append(f"  moto (EventBridge, SQS, SNS)  {endpoints.moto}")
+    database = stack.template.application_outputs.get("OrderDatabase")
+    if database:
+        where = f"socket {_relative(Path(database['Endpoint']))}, database {database['DatabaseName']}"
+        lines.append(f"  PostgreSQL (orders)           {where}")
     lines.append(f"  function logs                 {_relative(stack.options.log_dir)}/<LogicalId>.log")
     reserved = {
         short_name(name): runtime.max_concurrency

