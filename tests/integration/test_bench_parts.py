@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import reset_process_state
-from tools.bench import relay_efficiency, write_cost
+from tools.bench import cost_model, polling_publisher, relay_efficiency, write_cost
 from tools.bench.__main__ import TARGETS, render
 from tools.local.services.emulators import LocalServices
 
@@ -37,10 +37,11 @@ def bench_services(tmp_path: Path, fake_credentials: None) -> Iterator[LocalServ
 
 
 def test_the_relay_and_write_cost_parts_measure_the_product_and_feed_their_targets(
-    bench_services: LocalServices,
+    bench_services: LocalServices, tmp_path: Path
 ) -> None:
     relay = relay_efficiency.run(bench_services.endpoints.moto, 300, 100)
     cost = write_cost.run(bench_services.endpoints.dynamodb, bench_services.endpoints.moto, 5)
+    publisher = polling_publisher.run(bench_services.endpoints.moto, tmp_path / "postgres", 40, 5.0, 2.0)
 
     # The relay batches up to 10 events per PutEvents (the baseline: one each), and both relays
     # published every outbox event of the same stream records.
@@ -51,12 +52,19 @@ def test_the_relay_and_write_cost_parts_measure_the_product_and_feed_their_targe
     # A confirmed order's writes as AWS bills them (docs/performance.md, write cost table).
     assert cost["wcu_per_confirmed_order"] == 38
     assert cost["consumers"]["inventory_consumer"]["dynamodb_calls_per_event"] == 3
+    # The polling publisher published every event of the orders it confirmed, in calls of up to 10,
+    # and marked each published; the lag run's orders all arrived.
+    assert publisher["throughput"]["events"] == 2 * 40
+    assert 0.1 <= publisher["throughput"]["put_events_calls_per_event"] < 0.15
+    assert publisher["lag"]["events"] >= 9
+    assert 0 < publisher["lag"]["p50_ms"] <= publisher["lag"]["p99_ms"]
 
     results: dict[str, Any] = {
         "date": "test",
         "machine": {"cpu": "test", "cores": 2},
         "relay": relay,
         "write_cost": cost,
+        "polling_publisher": publisher,
         "seconds": 0.0,
     }
     for name in (*RELAY_TARGETS, *WRITE_TARGETS):
@@ -66,3 +74,5 @@ def test_the_relay_and_write_cost_parts_measure_the_product_and_feed_their_targe
     text = render(results)
     assert "PutEvents calls per event" in text
     assert "write cost: create 10 WCU" in text
+    assert "polling publisher (OrderStore=postgres" in text
+    assert "Break-even" in cost_model.render(results) or "no break-even" in cost_model.render(results)

@@ -36,7 +36,15 @@ sys.path.insert(0, str(ROOT / "layers" / "shared"))
 from shop.adapters import aws
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.runtime import config
-from tools.bench import capacity, cold_start, cost_model, latency, relay_efficiency, write_cost
+from tools.bench import (
+    capacity,
+    cold_start,
+    cost_model,
+    latency,
+    polling_publisher,
+    relay_efficiency,
+    write_cost,
+)
 
 OUT_DIR = ROOT / ".bench"
 Check = Callable[[dict[str, Any]], bool]
@@ -134,7 +142,7 @@ def main() -> int:
         print(f"1/4 the local stack: {measured}{ramp} ...", flush=True)
         _bench_stack(results, latency_runs="stack" in parts, ramp="capacity" in parts)
     if "relay" in parts:
-        print("2/4 relay efficiency and 3/4 write cost ...", flush=True)
+        print("2/4 relay efficiency, the polling publisher and 3/4 write cost ...", flush=True)
         services = LocalServices(OUT_DIR / "services")
         services.start()
         try:
@@ -142,6 +150,14 @@ def main() -> int:
                 services.endpoints.moto, _env_int("BENCH_EVENTS", 10_000), 100
             )
             results["write_cost"] = write_cost.run(services.endpoints.dynamodb, services.endpoints.moto, 200)
+            # OrderStore=postgres: the polling publisher on a real PostgreSQL, beside the relay.
+            results["polling_publisher"] = polling_publisher.run(
+                services.endpoints.moto,
+                OUT_DIR / "postgres",
+                _env_int("BENCH_PUBLISHER_ORDERS", 2000),
+                float(_env_int("BENCH_PUBLISHER_RATE", 10)),
+                float(_env_int("BENCH_PUBLISHER_SECONDS", 10)),
+            )
         finally:
             services.stop()
     if "cold_start" in parts:
@@ -219,6 +235,8 @@ def render(results: dict[str, Any]) -> str:
     lines = [f"make bench  {results['date']}  {results['machine']['cpu']} x{results['machine']['cores']}"]
     if "relay" in results:
         lines += ["", *_render_relay(results["relay"])]
+    if "polling_publisher" in results:
+        lines += ["", *_render_publisher(results["polling_publisher"])]
     if "latency" in results:
         lines += ["", *_render_stack(results)]
     if "capacity" in results:
@@ -261,6 +279,21 @@ def _render_relay(relay: dict[str, Any]) -> list[str]:
         lines.append(f"  {label:<34} {relay['ours'][key]:>10{fmt}} {relay['baseline'][key]:>12{fmt}}")
     lines.append(f"  speed-up                           {relay['speedup_events_per_second']:>10.1f}x")
     return lines
+
+
+def _render_publisher(figures: dict[str, Any]) -> list[str]:
+    throughput, lag = figures["throughput"], figures["lag"]
+    return [
+        f"polling publisher (OrderStore=postgres, real PostgreSQL): {throughput['events']} events of "
+        f"{throughput['orders']} orders",
+        f"  PutEvents calls per event {throughput['put_events_calls_per_event']:.4f}, "
+        f"SQL statements per event {throughput['sql_statements_per_event']:.3f}, "
+        f"{throughput['events_per_second']:.0f} events/s in process",
+        f"  database CPU: {throughput['database_cpu_ms_per_event']:.3f} ms per event published, "
+        f"{throughput['database_write_cpu_ms_per_order']:.2f} ms per order written",
+        f"  publish lag (commit → bus, {lag['offered_rate_per_s']:.0f} orders/s for {lag['seconds']:.0f} s): "
+        f"p50 {lag['p50_ms']:.0f} ms, p99 {lag['p99_ms']:.0f} ms",
+    ]
 
 
 def _render_stack(results: dict[str, Any]) -> list[str]:

@@ -64,19 +64,146 @@ def cost_per_million_orders(bench: dict[str, Any], relay: str) -> dict[str, floa
     return lines
 
 
+# --- OrderStore=postgres -------------------------------------------------------------------------------
+POSTGRES_PRICES = {
+    "aurora_acu_hour": 0.12,  # Aurora Serverless v2, Aurora Standard
+    "aurora_io_per_million": 0.20,
+    "aurora_storage_gb_month": 0.10,
+    "interface_endpoint_az_hour": 0.01,
+    "scheduler_invocation_per_million": 1.00,
+}
+HOURS_PER_MONTH = 730
+MIN_ACU = 0.5  # DatabaseMinCapacity's default
+INTERFACE_ENDPOINTS = 5  # nested/order-database.yaml: secretsmanager, events, sqs, sns, xray
+ZONES = 2
+STORAGE_GB = 10  # a small order history; the outbox is kept OutboxTtlDays only
+SCHEDULES = 2  # the publisher and the maintenance, every minute
+PUBLISHER_SECONDS_PER_MINUTE = 65  # one invocation a minute, polling until its last 5 s of 70
+# Assumptions, not measurements: AWS publishes an ACU as "approximately 2 GiB of memory, corresponding
+# CPU, and networking", not a CPU share; a quarter of a vCPU per ACU is taken here. Aurora bills I/O
+# on storage, not on the buffer cache: the confirm path's three commits (API, order-status,
+# publisher's mark) are taken as three write I/Os, its reads as cached.
+VCPU_PER_ACU = 0.25
+AURORA_WRITE_IOS_PER_ORDER = 3
+
+
+def _orders_table_wcu(bench: dict[str, Any]) -> float:
+    """The write units of the orders table on the confirm path: what the postgres store does not pay."""
+    wc = bench["write_cost"]
+    parts = [wc["create"], wc["consumers"]["order_status_consumer"]]
+    return sum(
+        float(write["wcu_aws"])
+        for part in parts
+        for write in part["writes"]
+        if write["item"].startswith("OrdersTable")
+    )
+
+
+def postgres_fixed_per_month() -> dict[str, float]:
+    prices = POSTGRES_PRICES
+    publisher_gb_seconds = MEMORY_GB * PUBLISHER_SECONDS_PER_MINUTE * 60 * HOURS_PER_MONTH
+    return {
+        "Aurora minimum capacity": MIN_ACU * prices["aurora_acu_hour"] * HOURS_PER_MONTH,
+        "Aurora storage": STORAGE_GB * prices["aurora_storage_gb_month"],
+        "VPC interface endpoints": INTERFACE_ENDPOINTS
+        * ZONES
+        * prices["interface_endpoint_az_hour"]
+        * HOURS_PER_MONTH,
+        "publisher Lambda (always polling)": publisher_gb_seconds * PRICES["lambda_arm64_gb_second"],
+        "EventBridge Scheduler": SCHEDULES
+        * 60
+        * HOURS_PER_MONTH
+        / 1e6
+        * prices["scheduler_invocation_per_million"],
+    }
+
+
+def postgres_cost_per_million_orders(bench: dict[str, Any]) -> dict[str, float]:
+    """The variable cost of 1 million orders with OrderStore=postgres, from the same run's figures."""
+    lines = dict(cost_per_million_orders(bench, "ours"))
+    del lines["total"]
+    # Only the inventory's events still go through the stream relay: one of the confirm path's three.
+    relay = bench["relay"]["ours"]
+    relay_share = 1 / EVENTS_PER_ORDER
+    relay_seconds = relay["cpu_ms_per_1000_events"] / 1000 * EVENTS_PER_ORDER / 1000
+    lines["Lambda requests"] -= (
+        PRICES["lambda_request_per_million"] * relay["invocations_per_order_full_batches"] * (1 - relay_share)
+    )
+    lines["Lambda duration"] -= (
+        1_000_000 * MEMORY_GB * PRICES["lambda_arm64_gb_second"] * relay_seconds * (1 - relay_share)
+    )
+    lines["DynamoDB writes"] -= PRICES["dynamodb_write_request_unit_per_million"] * _orders_table_wcu(bench)
+    publisher = bench["polling_publisher"]["throughput"]
+    database_cpu_seconds = (
+        publisher["database_write_cpu_ms_per_order"]
+        + publisher["database_cpu_ms_per_event"]
+        * bench["polling_publisher"]["throughput"]["events"]
+        / bench["polling_publisher"]["throughput"]["orders"]
+    ) / 1000
+    lines["Aurora capacity above the minimum"] = (
+        1_000_000 * database_cpu_seconds / VCPU_PER_ACU / 3600 * POSTGRES_PRICES["aurora_acu_hour"]
+    )
+    lines["Aurora I/O"] = AURORA_WRITE_IOS_PER_ORDER * POSTGRES_PRICES["aurora_io_per_million"]
+    lines["total"] = sum(lines.values())
+    return lines
+
+
+def break_even_orders_per_month(bench: dict[str, Any]) -> float | None:
+    """The monthly order count above which the postgres store costs less (None: it never does)."""
+    saving = (
+        cost_per_million_orders(bench, "ours")["total"] - postgres_cost_per_million_orders(bench)["total"]
+    )
+    if saving <= 0:
+        return None
+    return sum(postgres_fixed_per_month().values()) / saving * 1_000_000
+
+
 def render(bench: dict[str, Any]) -> str:
     ours = cost_per_million_orders(bench, "ours")
     baseline = cost_per_million_orders(bench, "baseline")
     rows = [f"| {name} | ${ours[name]:,.2f} | ${baseline[name]:,.2f} |" for name in ours]
-    return "\n".join(
-        [
-            f"Per 1 million orders (us-east-1 list prices of {PRICES_DATE}, from `.bench/latest.json`):",
-            "",
-            "| Item | This project | Baseline relay |",
-            "| --- | ---: | ---: |",
-            *rows,
-        ]
+    lines = [
+        f"Per 1 million orders (us-east-1 list prices of {PRICES_DATE}, from `.bench/latest.json`):",
+        "",
+        "| Item | This project | Baseline relay |",
+        "| --- | ---: | ---: |",
+        *rows,
+    ]
+    if "polling_publisher" in bench:
+        lines += ["", *render_order_stores(bench)]
+    return "\n".join(lines)
+
+
+def render_order_stores(bench: dict[str, Any]) -> list[str]:
+    dynamodb = cost_per_million_orders(bench, "ours")
+    postgres = postgres_cost_per_million_orders(bench)
+    fixed = postgres_fixed_per_month()
+    names = list(dict.fromkeys([*dynamodb, *postgres]))
+    names.remove("total")
+    rows = [
+        f"| {name} | ${dynamodb.get(name, 0.0):,.2f} | ${postgres.get(name, 0.0):,.2f} |" for name in names
+    ]
+    totals = f"**${dynamodb['total']:,.2f}** | **${postgres['total']:,.2f}**"
+    rows.append(f"| **variable, per million orders** | {totals} |")
+    rows += [f"| {name} (per month) | - | ${value:,.2f} |" for name, value in fixed.items()]
+    rows.append(f"| **fixed, per month** | **$0.00** | **${sum(fixed.values()):,.2f}** |")
+    even = break_even_orders_per_month(bench)
+    verdict = (
+        f"Break-even: {even:,.0f} orders a month ({even / (30 * 86400):.1f} orders/s on average); "
+        "above it the postgres store costs less."
+        if even is not None
+        else "The postgres store costs more per order than DynamoDB: no break-even."
     )
+    return [
+        "Order stores side by side (OrderStore=dynamodb vs postgres; ACU per vCPU and Aurora I/O per"
+        " order are assumptions, see cost_model.py):",
+        "",
+        "| Item | dynamodb | postgres |",
+        "| --- | ---: | ---: |",
+        *rows,
+        "",
+        verdict,
+    ]
 
 
 if __name__ == "__main__":
