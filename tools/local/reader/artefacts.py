@@ -31,6 +31,7 @@ def build_for_host(workdir: Path) -> Path:
         .replace("CompatibleArchitectures: [arm64]", f"CompatibleArchitectures: [{_HOST_ARCH}]")
         .replace("CodeUri: functions/", f"CodeUri: {ROOT}/functions/")
         .replace("ContentUri: layers/", f"ContentUri: {ROOT}/layers/")
+        .replace("Location: nested/", f"Location: {ROOT}/nested/")
     )
     build_dir = workdir / "build"
     # sam finds the python3.13 it builds with on PATH: the venv's.
@@ -38,12 +39,15 @@ def build_for_host(workdir: Path) -> Path:
     # The copy is built outside the repository, away from samconfig.toml: ask for the Fn::ForEach
     # expansion (AWS::LanguageExtensions) explicitly.
     command = [str(SAM), "build", "--template", str(twin), "--build-dir", str(build_dir), "--parallel"]
-    subprocess.run(
+    built = subprocess.run(
         [*command, "--language-extensions"],
-        check=True,
+        check=False,
         cwd=workdir,
         env=env,
         capture_output=True,
+        text=True,
         timeout=600,
     )
+    if built.returncode != 0:
+        raise RuntimeError(f"sam build for {_HOST_ARCH} failed:\n{(built.stdout + built.stderr)[-3000:]}")
     return build_dir
