@@ -4,6 +4,8 @@
     python -m operations redrive-poison --stack-name NAME     # records the relay parked
     python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...] [--include-expired]
+        (OrderStore=postgres: the stack's maintenance function makes the rows pending again and waits
+        for the polling publisher to republish them; the report says what is back on the bus)
     python -m operations seed --stack-name NAME --file tools/local/seed.json
 
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
@@ -144,17 +146,50 @@ def redrive_poison(args: argparse.Namespace) -> int:
     )
 
 
+def _order_store_function(args: argparse.Namespace) -> str | None:
+    """The maintenance function that replays the PostgreSQL order store, when the stack has one."""
+    if args.order_store_function:
+        return str(args.order_store_function)
+    if args.stack_name and not args.table:
+        return stack_outputs(args.stack_name).get("OrderStoreMaintenanceFunctionName")
+    return None
+
+
+def _replay_order_database(function_name: str, args: argparse.Namespace) -> int:
+    """OrderStore=postgres: the database is in a private VPC, so the replay runs in the maintenance
+    function there (shop.runtime.order_store_replay); this prints its report."""
+    request: dict[str, Any] = (
+        {"eventIds": args.event_id} if args.event_id else {"from": args.start, "to": args.end}
+    )
+    if args.include_expired:
+        request["includeExpired"] = True
+    response = boto3.client("lambda").invoke(
+        FunctionName=function_name, Payload=json.dumps({"replay": request}).encode()
+    )
+    payload = json.loads(response["Payload"].read() or b"null")
+    if "FunctionError" in response or not isinstance(payload, dict):
+        print(f"error: {function_name} failed: {json.dumps(payload)[:1000]}", file=sys.stderr)
+        return 1
+    if "error" in payload:
+        raise SystemExit(f"error: {payload['error']['message']}")
+    print(json.dumps({"store": "postgres", "function": function_name, **payload}))
+    return 0 if payload.get("complete") is True else 1
+
+
 def replay(args: argparse.Namespace) -> int:
+    if not args.event_id and not (args.start and args.end):
+        raise SystemExit("error: give --event-id, or both --from and --to")
+    function_name = _order_store_function(args)
+    if function_name is not None:
+        return _replay_order_database(function_name, args)
     table = _resolve(args, "table", "OrdersTableName")
     recovery = _recovery(args)
     if args.event_id:
         report = recovery.replay_events(table, args.event_id, include_expired=args.include_expired)
-    elif args.start and args.end:
+    else:
         report = recovery.replay_window(
             table, parse_time(args.start), parse_time(args.end), include_expired=args.include_expired
         )
-    else:
-        raise SystemExit("error: give --event-id, or both --from and --to")
     _print(report, table=table)
     return 0 if report.all_on_bus else 1
 
@@ -191,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     p_poison.set_defaults(run=redrive_poison)
     p_replay = commands.add_parser("replay", help="republish outbox events from a table")
     p_replay.add_argument("--table", help="default: stack output OrdersTableName")
+    p_replay.add_argument(
+        "--order-store-function",
+        help="OrderStore=postgres: the maintenance function that replays the order database "
+        "(default: stack output OrderStoreMaintenanceFunctionName, when the stack has one)",
+    )
     p_replay.add_argument("--from", dest="start", help="RFC 3339 start of the window (inclusive)")
     p_replay.add_argument("--to", dest="end", help="RFC 3339 end of the window (inclusive)")
     p_replay.add_argument("--event-id", action="append", help="republish this event (repeatable)")

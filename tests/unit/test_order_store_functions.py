@@ -92,3 +92,17 @@ def test_the_maintenance_function_reports_the_outboxs_health_as_metrics(
 
     assert report["health"]["pending"] == 2
     assert metric_values(capsys.readouterr().out, "OutboxPending") == [2]
+
+
+def test_the_maintenance_function_replays_when_asked_and_refuses_a_malformed_request(
+    order_store_env, order_database, database
+):
+    place_orders(database, 1)
+    maintenance = handler("OrderStoreMaintenanceFunction", "order_store_maintenance")
+
+    report = maintenance({"replay": {"eventIds": ["no-such-event"]}}, LambdaContext())
+    refused = maintenance({"replay": {"from": "2026-11-01T00:00:00Z"}}, LambdaContext())
+
+    assert (report["missing"], report["complete"]) == (["no-such-event"], False)
+    assert "health" not in report  # a replay request runs no maintenance
+    assert refused["error"]["code"] == "INVALID_REPLAY_REQUEST"

@@ -134,3 +134,59 @@ def mark_failed(cursor: psycopg.Cursor[Any], positions: list[int], error: str) -
             "UPDATE outbox SET attempts = attempts + 1, last_error = %s WHERE position = ANY(%s)",
             (error[:1000], positions),
         )
+
+
+@dataclass
+class ReplaySelection:
+    """What a replay asked for, by event id: made pending again, or left as it was and why."""
+
+    reset: list[str]  # published, inside the republish window: pending again, the publisher sends it
+    expired: list[str]  # published before the window's horizon: consumers may have forgotten it
+    parked: list[str]  # poison: redrive-poison is its way back
+    pending: list[str]  # not published yet: the publisher sends it anyway
+    missing: list[str]  # asked for by id, not in the outbox (unknown, or deleted by maintenance)
+
+
+_SELECT_FOR_REPLAY = """
+SELECT event_id, created_at, published_at IS NOT NULL, parked_at IS NOT NULL
+FROM outbox
+WHERE {condition}
+ORDER BY position
+FOR UPDATE
+"""
+
+
+def reset_for_replay(
+    cursor: psycopg.Cursor[Any],
+    *,
+    window: tuple[datetime, datetime] | None = None,
+    event_ids: list[str] | None = None,
+    horizon: datetime | None = None,
+) -> ReplaySelection:
+    """Make the selected published events pending again, in the caller's transaction: the publisher
+    then republishes them in per-order sequence, like any pending event. Events created before
+    `horizon` (None: no horizon) are left published and named as expired."""
+    if (window is None) == (event_ids is None):
+        raise ValueError("replay by a time window or by event ids, not both")
+    if window is not None:
+        cursor.execute(_SELECT_FOR_REPLAY.format(condition="created_at BETWEEN %s AND %s"), window)
+    else:
+        cursor.execute(_SELECT_FOR_REPLAY.format(condition="event_id = ANY(%s)"), (event_ids,))
+    selection = ReplaySelection([], [], [], [], [])
+    for event_id, created_at, published, parked in cursor.fetchall():
+        if parked:
+            selection.parked.append(event_id)
+        elif not published:
+            selection.pending.append(event_id)
+        elif horizon is not None and created_at < horizon:
+            selection.expired.append(event_id)
+        else:
+            selection.reset.append(event_id)
+    found = set(selection.reset + selection.expired + selection.parked + selection.pending)
+    selection.missing = [event_id for event_id in event_ids or [] if event_id not in found]
+    if selection.reset:
+        cursor.execute(
+            "UPDATE outbox SET published_at = NULL, last_error = 'replayed' WHERE event_id = ANY(%s)",
+            (selection.reset,),
+        )
+    return selection

@@ -1,0 +1,212 @@
+"""Replay for the PostgreSQL order store (shop.runtime.order_store_replay), on a real PostgreSQL: published
+rows made pending again for the polling publisher, with the replay's honesty rules; and the operator's
+command, which reaches the database through the maintenance function (the database is in a private VPC).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from operations.admin import main as outbox_admin
+from shop.adapters.postgres.connection import ConnectionSettings, Database
+from shop.adapters.postgres.order_repository import PostgresOrderRepository
+from shop.domain.orders import OrderLine, OrderService, PlaceOrder
+from shop.runtime.config import Settings
+from shop.runtime.order_store_replay import ReplayRequestError, replay_order_store
+from tests.support.postgres import connect
+
+SETTINGS = Settings.from_env({})
+NO_TIME_LEFT = lambda: 0.0  # noqa: E731 (the invocation ends at once: nothing is waited for)
+
+
+def place(database: Database, count: int) -> list[str]:
+    service = OrderService(PostgresOrderRepository(database, SETTINGS), SETTINGS)
+    command = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
+    return [
+        service.place_order(command, idempotency_key=None, correlation_id=f"c-{n}").order["orderId"]
+        for n in range(count)
+    ]
+
+
+def rows(settings: ConnectionSettings) -> dict[str, tuple[str, bool]]:
+    """Each order's event: (event id, published)."""
+    with connect(settings) as connection:
+        found = connection.execute(
+            "SELECT aggregate_id, event_id, published_at IS NOT NULL FROM outbox"
+        ).fetchall()
+    return {order_id: (event_id, published) for order_id, event_id, published in found}
+
+
+def set_rows(settings: ConnectionSettings, sql: str, order_ids: list[str]) -> None:
+    with connect(settings) as connection:
+        # `sql` is one of this module's literals, never input.
+        connection.execute(f"UPDATE outbox SET {sql} WHERE aggregate_id = ANY(%s)", (order_ids,))  # noqa: S608
+
+
+@pytest.fixture
+def outbox(order_database: ConnectionSettings, database: Database) -> dict[str, list[str]]:
+    """Five orders' events: two published in the window, one published long ago (past the republish
+    window), one parked, one still pending."""
+    recent_a, recent_b, old, parked, pending = place(database, 5)
+    set_rows(order_database, "published_at = clock_timestamp()", [recent_a, recent_b, old])
+    set_rows(order_database, "created_at = created_at - interval '40 days'", [old])
+    set_rows(order_database, "parked_at = clock_timestamp()", [parked])
+    return {"recent": [recent_a, recent_b], "old": [old], "parked": [parked], "pending": [pending]}
+
+
+def window(days: int = 60) -> dict[str, str]:
+    now = datetime.now(UTC)
+    return {"from": (now - timedelta(days=days)).isoformat(), "to": (now + timedelta(minutes=1)).isoformat()}
+
+
+def test_a_window_replay_makes_only_its_published_events_inside_the_republish_window_pending_again(
+    order_database: ConnectionSettings, database: Database, outbox: dict[str, list[str]]
+):
+    report = replay_order_store(database, SETTINGS, window(), NO_TIME_LEFT)
+
+    state = rows(order_database)
+    ids = {name: [state[o][0] for o in orders] for name, orders in outbox.items()}
+    assert sorted(report.selection.reset) == sorted(ids["recent"])
+    assert [state[o][1] for o in outbox["recent"]] == [False, False]  # pending again: the publisher's
+    assert report.selection.expired == ids["old"]
+    assert state[outbox["old"][0]][1] is True  # left published: consumers may have forgotten it
+    assert (report.selection.parked, report.selection.pending) == (ids["parked"], ids["pending"])
+    # Nothing was republished before the invocation ended: not complete, and it says so.
+    assert sorted(report.still_pending) == sorted(ids["recent"])
+    assert report.complete is False
+    assert any("redrive-poison" in message for message in report.messages)
+    assert any("includeExpired" in message for message in report.messages)
+
+
+def test_include_expired_replays_old_events_too(
+    order_database: ConnectionSettings, database: Database, outbox: dict[str, list[str]]
+):
+    report = replay_order_store(database, SETTINGS, {**window(), "includeExpired": True}, NO_TIME_LEFT)
+
+    assert report.selection.expired == []
+    assert rows(order_database)[outbox["old"][0]][0] in report.selection.reset
+
+
+def test_a_replay_by_event_id_names_the_ids_it_does_not_know(
+    order_database: ConnectionSettings, database: Database, outbox: dict[str, list[str]]
+):
+    known = rows(order_database)[outbox["recent"][0]][0]
+
+    report = replay_order_store(database, SETTINGS, {"eventIds": [known, "no-such-event"]}, NO_TIME_LEFT)
+
+    assert (report.selection.reset, report.selection.missing) == ([known], ["no-such-event"])
+
+
+def test_the_replay_is_complete_once_the_publisher_has_sent_every_event_again(
+    order_database: ConnectionSettings, database: Database, outbox: dict[str, list[str]]
+):
+    # A publisher stand-in marks pending rows published a moment after the replay made them pending.
+    stop = threading.Event()
+
+    def publisher() -> None:
+        while not stop.wait(0.2):
+            set_rows(order_database, "published_at = clock_timestamp()", outbox["recent"])
+
+    thread = threading.Thread(target=publisher, daemon=True)
+    thread.start()
+    try:
+        known = [rows(order_database)[o][0] for o in outbox["recent"]]
+        report = replay_order_store(database, SETTINGS, {"eventIds": known}, lambda: 60.0)
+    finally:
+        stop.set()
+        thread.join()
+
+    assert (report.republished, report.still_pending, report.complete) == (2, [], True)
+
+
+@pytest.mark.parametrize(
+    ("request_body", "message"),
+    [
+        ({}, "give eventIds, or both from and to"),
+        ({"from": "2026-11-01T00:00:00Z"}, "give eventIds, or both from and to"),
+        ({"eventIds": []}, "non-empty list"),
+        ({"eventIds": ["a"], "from": "2026-11-01T00:00:00Z"}, "not both"),
+        ({"from": "2026-11-02T00:00:00Z", "to": "2026-11-01T00:00:00Z"}, "is after"),
+        ({"from": "2026-11-01T00:00:00", "to": "2026-11-02T00:00:00Z"}, "no UTC offset"),
+    ],
+)
+def test_a_malformed_request_changes_nothing_and_says_why(
+    order_database: ConnectionSettings,
+    database: Database,
+    outbox: dict[str, list[str]],
+    request_body: dict[str, Any],
+    message: str,
+):
+    before = rows(order_database)
+    with pytest.raises(ReplayRequestError, match=message):
+        replay_order_store(database, SETTINGS, request_body, NO_TIME_LEFT)
+    assert rows(order_database) == before
+
+
+# --- the operator's command ----------------------------------------------------------------------------
+class LambdaStub:
+    """boto3's Lambda client as `python -m operations replay` uses it: one invoke, its answer chosen."""
+
+    def __init__(self, answer: dict[str, Any], function_error: bool = False) -> None:
+        self.answer, self.function_error = answer, function_error
+        self.requests: list[tuple[str, Any]] = []
+
+    def invoke(self, FunctionName: str, Payload: bytes) -> dict[str, Any]:
+        self.requests.append((FunctionName, json.loads(Payload)))
+        response: dict[str, Any] = {"Payload": io.BytesIO(json.dumps(self.answer).encode())}
+        if self.function_error:
+            response["FunctionError"] = "Unhandled"
+        return response
+
+
+@pytest.fixture
+def lambda_stub(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def install(answer: dict[str, Any], function_error: bool = False) -> LambdaStub:
+        stub = LambdaStub(answer, function_error)
+        real_client = boto3.client
+        monkeypatch.setattr(
+            boto3, "client", lambda name, *a, **k: stub if name == "lambda" else real_client(name, *a, **k)
+        )
+        return stub
+
+    return install
+
+
+def test_the_command_asks_the_maintenance_function_and_exits_0_only_when_complete(
+    lambda_stub: Any, capsys: pytest.CaptureFixture[str]
+):
+    stub = lambda_stub({"reset": ["e1"], "republished": 1, "complete": True})
+    base = ["replay", "--order-store-function", "shop-maintenance", "--event-id", "e1", "--include-expired"]
+
+    assert outbox_admin(base) == 0
+    assert stub.requests == [("shop-maintenance", {"replay": {"eventIds": ["e1"], "includeExpired": True}})]
+    assert json.loads(capsys.readouterr().out)["store"] == "postgres"
+
+    lambda_stub({"reset": ["e1"], "republished": 0, "stillPending": ["e1"], "complete": False})
+    assert outbox_admin(base) == 1
+
+
+def test_the_command_reports_a_refused_request_or_a_failed_function(lambda_stub: Any):
+    lambda_stub({"error": {"code": "INVALID_REPLAY_REQUEST", "message": "from is after to"}})
+    with pytest.raises(SystemExit, match="from is after to"):
+        outbox_admin(
+            [
+                "replay",
+                "--order-store-function",
+                "f",
+                "--from",
+                "2026-11-02T00:00:00Z",
+                "--to",
+                "2026-11-01T00:00:00Z",
+            ]
+        )
+
+    lambda_stub({"errorMessage": "boom"}, function_error=True)
+    assert outbox_admin(["replay", "--order-store-function", "f", "--event-id", "e1"]) == 1
