@@ -9,23 +9,11 @@ import json
 import uuid
 from typing import Any
 
-import psycopg
 import requests
 
 from tools.local.stack import LocalStack
 
 SECONDS = 30.0  # a bound on waiting, not a speed target
-
-
-def _database(stack: LocalStack) -> psycopg.Connection:
-    outputs = stack.template.application_outputs["OrderDatabase"]
-    return psycopg.connect(
-        host=outputs["Endpoint"],
-        port=int(outputs["Port"]),
-        dbname=outputs["DatabaseName"],
-        user=outputs["MasterUsername"],
-        autocommit=True,
-    )
 
 
 def _place_unstocked(stack: LocalStack) -> str:
@@ -60,7 +48,7 @@ def test_the_schema_is_migrated_by_its_custom_resource_at_start(postgres_stack: 
     applied = postgres_stack.report.custom_resources["OrderDatabaseSchema"]["Applied"].split(",")
     # The migration function answered CloudFormation with the ids of what it applied.
     assert applied == ["0001.order-store"]
-    with _database(postgres_stack) as connection:
+    with postgres_stack.order_database.connect() as connection:
         tables = {
             row[0]
             for row in connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
@@ -76,7 +64,7 @@ def test_each_outbox_row_is_published_once_and_marked(postgres_stack: LocalStack
         return events if any(e["type"].endswith("OrderRejected") for e in events) else None
 
     postgres_stack.wait_for(rejected, SECONDS, f"order {order_id} rejected")
-    with _database(postgres_stack) as connection:
+    with postgres_stack.order_database.connect() as connection:
         rows = connection.execute(
             "SELECT sequence, event_type, published_at IS NOT NULL, parked_at IS NULL, attempts "
             "FROM outbox WHERE aggregate_id = %s ORDER BY sequence",
@@ -113,6 +101,6 @@ def test_the_order_status_consumer_records_its_cause_in_the_inbox(postgres_stack
         return found or None
 
     (cause,) = set(postgres_stack.wait_for(causes, SECONDS, f"the inventory outcome of {order_id} handled"))
-    with _database(postgres_stack) as connection:
+    with postgres_stack.order_database.connect() as connection:
         recorded = connection.execute("SELECT consumer FROM inbox WHERE event_id = %s", (cause,)).fetchall()
     assert recorded == [("order-status",)]

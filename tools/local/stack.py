@@ -376,6 +376,13 @@ class LocalStack:
             raise StartupError("the local API is not running (no Api events, or not serving)")
         return self.api.url
 
+    @property
+    def order_database(self) -> DatabaseLocation:
+        """OrderStore=postgres: the stack's database on the embedded server (connect() for a session)."""
+        if self._order_database is None:
+            raise StartupError("this stack has no order database (OrderStore is not postgres)")
+        return self._order_database
+
     def stream_arn(self, table: str) -> str:
         """The real (DynamoDB Local) stream ARN of a table of the template."""
         if table not in self._stream_arns:
