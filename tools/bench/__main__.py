@@ -57,10 +57,12 @@ TARGETS: dict[str, Check] = {
     "DynamoDB write units per confirmed order <= 40": lambda r: (
         r["write_cost"].get("wcu_per_confirmed_order", 1e9) <= 40
     ),
+    # The default store's functions; OrderStore=postgres ones (labelled) are reported beside them: the
+    # PostgreSQL driver is part of their import, and no target was set for them (docs/performance.md).
     "cold start <= 1.3x import boto3 (with .pyc)": lambda r: all(
         s["ratio_to_boto3_with_pyc"] <= 1.3
         for n, s in r["cold_start"]["subjects"].items()
-        if n != "import boto3"
+        if n != "import boto3" and not n.endswith(cold_start.POSTGRES_LABEL)
     ),
 }
 

@@ -1,7 +1,8 @@
 """Cold start: import time of each built function, as Lambda runs it, against `import boto3` alone.
 
 Each sample is a fresh interpreter (-I -S: no site-packages, only the artefact and its layer on the
-path) that times `import app`. "no .pyc" is how Lambda runs a `sam build` artefact (the build has no
+path) that times `import app` (with OrderStore=postgres, the order service's functions also import
+the adapter they load on first use). "no .pyc" is how Lambda runs a `sam build` artefact (the build has no
 bytecode); "with .pyc" is after compileall. Samples are interleaved across subjects and the median
 is reported, so the shared machine's noise hits every subject alike.
 """
@@ -47,6 +48,11 @@ def _sample(paths: list[str], module: str, env: dict[str, str], write_bytecode: 
     return float(wall), float(cpu)
 
 
+POSTGRES_LABEL = " [postgres]"
+KEEPS_ORDERS = ("OrdersApiFunction", "OrderStatusFunction")  # shop/runtime/wiring/orders.py
+POSTGRES_ADAPTER = "shop.adapters.postgres.order_repository, shop.runtime.wiring.order_database"
+
+
 def run(host_build: Path, workdir: Path, samples: int) -> dict[str, Any]:
     template = Template.load()
     layer = workdir / "layer"
@@ -61,11 +67,30 @@ def run(host_build: Path, workdir: Path, samples: int) -> dict[str, Any]:
     }
     subjects["import boto3"] = ([str(layer)], "boto3", base_env)
     sizes: dict[str, int] = {}
-    for logical_id, spec in template.functions().items():
+    # Every function of the default store (OrderStore=dynamodb) with its environment, then, labelled
+    # POSTGRES_LABEL, each function that runs another code path with OrderStore=postgres: the ones
+    # only that store has, and those that keep orders there (shop/runtime/wiring/orders.py).
+    postgres = Template.load(parameters={"OrderStore": "postgres"})
+    variants = [
+        (logical_id, logical_id, template)
+        for logical_id in template.functions()
+        if template.is_created(logical_id)
+    ]
+    variants += [
+        (f"{logical_id}{POSTGRES_LABEL}", logical_id, postgres)
+        for logical_id in postgres.functions()
+        if not template.is_created(logical_id) or logical_id in KEEPS_ORDERS
+    ]
+    for name, logical_id, source in variants:
         code = workdir / logical_id
-        shutil.copytree(host_build / logical_id, code)
-        subjects[logical_id] = ([str(code), str(layer)], "app", {**base_env, **spec.environment})
-        sizes[logical_id] = _size(code) + _size(layer)
+        if not code.exists():
+            shutil.copytree(host_build / logical_id, code)
+        environment = source.function(logical_id).environment
+        # The order service loads its PostgreSQL adapter on first use (not at import): its first
+        # invocation pays for it, so it is timed with the import here.
+        module = "app" if name == logical_id or logical_id not in KEEPS_ORDERS else f"app, {POSTGRES_ADAPTER}"
+        subjects[name] = ([str(code), str(layer)], module, {**base_env, **environment})
+        sizes[name] = _size(code) + _size(layer)
 
     results: dict[str, dict[str, float]] = {}
     for bytecode in (False, True):

@@ -3,6 +3,8 @@ of its own (`make bench-capacity`), not a default part, and no target reads it n
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tools.bench.__main__ import TARGETS, _render_capacity, parts_to_run
@@ -49,3 +51,16 @@ def test_the_capacity_report_renders_its_steps() -> None:
 
     assert "saga capacity 10 orders/s (a report, no target" in text
     assert "moto server" in text
+
+
+def test_the_cold_start_target_reads_the_default_stores_functions_and_reports_the_postgres_ones() -> None:
+    check = TARGETS["cold start <= 1.3x import boto3 (with .pyc)"]
+
+    def results(**ratios: float) -> dict[str, Any]:
+        subjects = {
+            name.replace("_pg", " [postgres]"): {"ratio_to_boto3_with_pyc": r} for name, r in ratios.items()
+        }
+        return {"cold_start": {"subjects": {"import boto3": {"ratio_to_boto3_with_pyc": 1.0}, **subjects}}}
+
+    assert check(results(Api=1.2, Publisher_pg=1.6)) is True
+    assert check(results(Api=1.31, Publisher_pg=1.0)) is False
