@@ -1,19 +1,65 @@
-"""A small chaos run (tools/chaos/, `make chaos`) through the local stack: every fault kind is injected, the
-pipeline drains, and every invariant holds. `make chaos` runs the same harness at full size."""
+"""A small chaos run (tools/chaos/, `make chaos`) through the local stack, on each order store: every fault
+kind is injected, the pipeline drains, and every invariant holds. `make chaos` (ORDER_STORE=postgres for
+the PostgreSQL store) runs the same harness at full size. First, the harness's own logic, without a stack."""
 
 from __future__ import annotations
 
+import copy
+import json
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
+import requests
 from botocore.client import BaseClient
 
-from tools.chaos import faults
-from tools.chaos.harness import ChaosConfig, run
-from tools.chaos.plan import HARNESS_KINDS, PLAN_ENV, WORKER_KINDS
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.outbox import outbox_entry
+from tools.chaos import faults, poison
+from tools.chaos.bus import CapturedEvent
+from tools.chaos.check import (
+    INVENTORY_SIDE,
+    ORDERS_SIDE,
+    PARKED,
+    PENDING,
+    PUBLISHED,
+    Check,
+    Evidence,
+    OutboxRecord,
+    Snapshot,
+    comparable_item,
+    evaluate,
+    parked_key,
+    postgres_row_key,
+)
+from tools.chaos.driver import Driver
+from tools.chaos.harness import ChaosConfig, chaos_template, fault_plan, roles, run
+from tools.chaos.plan import (
+    API_KINDS,
+    API_STALE_CANCEL,
+    CRASH_AFTER_COMPLETE,
+    CRASH_AFTER_WRITE,
+    HARNESS_KINDS,
+    PLAN_ENV,
+    POSTGRES_HARNESS_KINDS,
+    POSTGRES_NOT_APPLICABLE,
+    RELAY,
+    RELAY_CRASH_AFTER_PUT,
+    RELAY_KINDS,
+    WORKER_KINDS,
+)
+from tools.chaos.publishers import PUBLISHER
 from tools.chaos.report import render
 from tools.local.services.emulators import LocalServices
+from tools.local.services.order_database import EmbeddedPostgres
+
+ORDERS_SOURCE, INVENTORY_SOURCE = "shop.orders", "shop.inventory"
 
 
+# --- the harness's logic, without a stack --------------------------------------------------------------
 def test_without_a_plan_nothing_is_wrapped():
     before = vars(BaseClient)["_make_api_call"]
 
@@ -22,6 +68,220 @@ def test_without_a_plan_nothing_is_wrapped():
     assert vars(BaseClient)["_make_api_call"] is before
 
 
+def _event(
+    event_id: str, subject: str, sequence: int, source: str = ORDERS_SOURCE, **more: Any
+) -> dict[str, Any]:
+    return {
+        "id": event_id,
+        "source": source,
+        "type": "OrderCreated",
+        "subject": subject,
+        "sequence": sequence,
+        **more,
+    }
+
+
+def _evidence(
+    outbox: list[OutboxRecord],
+    bus: dict[str, CapturedEvent] | None = None,
+    *,
+    order_store: str = "postgres",
+    **fields: Any,
+) -> Evidence:
+    snapshot = Snapshot(order_store=order_store, outbox=outbox)
+    if bus is None:
+        bus = {str(r.envelope["id"]): CapturedEvent(r.envelope, 1) for r in outbox if r.live and r.envelope}
+    defaults: dict[str, Any] = {
+        "snapshot": snapshot,
+        "bus": bus,
+        "foreign_bus_messages": [],
+        "notifications": Counter(),
+        "unreadable_notifications": [],
+        "ledger": [],
+        "outcomes": [],
+        "initial_stock": {},
+        "poison_items": [],
+        "malformed": [],
+        "relay_dlq": [],
+        "relay_dlq_keys": [],
+        "consumer_dlqs": {},
+        "harness_errors": [],
+    }
+    return Evidence(**{**defaults, **fields})
+
+
+def _check(evidence: Evidence, name: str) -> Check:
+    return next(check for check in evaluate(evidence) if check.name == name)
+
+
+def _row(envelope: dict[str, Any], state: str = PUBLISHED, position: int = 1) -> OutboxRecord:
+    pk, sk = postgres_row_key(envelope["subject"], envelope["sequence"], envelope["id"])
+    return OutboxRecord(ORDERS_SIDE, pk, sk, envelope, state=state, position=position)
+
+
+def test_an_order_whose_event_first_reached_the_bus_before_an_earlier_one_is_out_of_order():
+    first, second = _event("e1", "o-1", 1), _event("e2", "o-1", 2)
+    other = _event("e3", "o-2", 1)
+    outbox = [_row(first), _row(second, position=2), _row(other, position=3)]
+    # Put again after a crash (1, 2, 1, 2): the first arrivals are in order, the repeats do not count.
+    in_order = {
+        "e1": CapturedEvent(first, 2, first_arrival=0),
+        "e2": CapturedEvent(second, 2, first_arrival=1),
+    }
+    in_order["e3"] = CapturedEvent(other, 1, first_arrival=2)
+    swapped = {**in_order, "e1": CapturedEvent(first, 1, first_arrival=5)}
+
+    kept = _check(
+        _evidence(outbox, in_order, in_order_sources=frozenset({ORDERS_SOURCE})), "published_in_order"
+    )
+    broken = _check(
+        _evidence(outbox, swapped, in_order_sources=frozenset({ORDERS_SOURCE})), "published_in_order"
+    )
+    not_promised = _check(_evidence(outbox, swapped, in_order_sources=frozenset()), "published_in_order")
+
+    assert kept.ok
+    assert kept.figures["aggregates"] == 2
+    assert not broken.ok
+    assert "o-1" in broken.violations[0]
+    assert broken.figures["out_of_order"] == 1
+    assert not_promised.ok
+    assert not_promised.figures["events"] == 0
+
+
+def test_a_row_left_pending_or_parked_without_being_poison_fails_and_a_parked_row_is_no_event():
+    published = _event("e1", "o-1", 1)
+    pending = _event("e2", "o-1", 2)
+    parked = _event("e3", "o-2", 1)
+    outbox = [_row(published), _row(pending, PENDING, 2), _row(parked, PARKED, 3)]
+    evidence = _evidence(outbox, {"e1": CapturedEvent(published, 1), "e2": CapturedEvent(pending, 1)})
+
+    lost = _check(evidence, "no_lost_events")
+    dead_letters = _check(evidence, "dead_letters_exact")
+
+    # On the bus, not marked: still pending (the publisher's COMMIT never came).
+    assert lost.figures == {"lost": 0, "outbox_events": 2, "pending_rows": 1}
+    assert any("still pending" in v for v in lost.violations)
+    assert "e3" not in evidence.snapshot.decodable()  # parked: to be in the poison queue, not on the bus
+    assert any("it is no injected poison" in v for v in dead_letters.violations)
+
+
+def _parked_message(item: dict[str, Any], at: float) -> str:
+    parked_at = datetime.fromtimestamp(at, UTC).isoformat()
+    return json.dumps(
+        {"kind": "outbox-poison", "eventId": item["eventId"], "parkedAt": parked_at, "item": item}
+    )
+
+
+def test_a_poison_row_parked_again_is_explained_only_by_a_rollback_between_the_two_parks():
+    created = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+    item = {
+        "store": "postgres",
+        "position": 7,
+        "eventId": "p-1",
+        "aggregateId": "chaos-poison-1",
+        "sequence": 1,
+        "envelope": '{"specversion": "1.0", "id": "p-1", "type": "OrderCreated"}',
+        "traceHeader": None,
+        "createdAt": created.isoformat(),
+        "attempts": 0,
+    }
+    key = postgres_row_key("chaos-poison-1", 1, "p-1")
+    row = OutboxRecord(ORDERS_SIDE, *key, None, state=PARKED, position=7, item=comparable_item(item))
+    injected = poison.PoisonItem(poison.POSTGRES_OUTBOX, *key, "p-1", poison.INVALID_ENVELOPE)
+    parks = [_parked_message(item, 1000.0), _parked_message(item, 1003.0)]
+
+    def dead_letters(**fields: Any) -> Check:
+        evidence = _evidence(
+            [row],
+            poison_items=[injected],
+            relay_poison_queue=parks,
+            poison_table_items={key: row.item},
+            **fields,
+        )
+        return _check(evidence, "dead_letters_exact")
+
+    crash = {"at": 1001.5, "kind": RELAY_CRASH_AFTER_PUT, "function": PUBLISHER, "event_ids": []}
+    assert parked_key(json.loads(parks[0])) == key
+    assert dead_letters(ledger=[crash]).figures["poison_parked_again_after_rollback"] == 1
+    assert dead_letters(ledger=[crash]).ok
+    assert dead_letters(database_outages=[(1002.0, 1002.8)]).ok
+    late_crash = {**crash, "at": 1010.0}  # after both parks: explains neither
+    assert any("parked 2 times" in v for v in dead_letters(ledger=[late_crash]).violations)
+
+
+def test_the_inbox_holds_exactly_the_causes_of_the_order_changes():
+    reserved = _event("i1", "o-1", 1, source=INVENTORY_SOURCE)
+    confirmed = _event("e2", "o-1", 2, causationid="i1")
+    rejected_cause = _event("i2", "o-2", 1, source=INVENTORY_SOURCE)
+    outbox = [
+        _row(_event("e1", "o-1", 1)),
+        _row(confirmed, position=3),
+        OutboxRecord(INVENTORY_SIDE, "R#o-1", "OUTBOX#1", reserved),
+        OutboxRecord(INVENTORY_SIDE, "R#o-2", "OUTBOX#1", rejected_cause),
+    ]
+
+    def effects(inbox: list[tuple[str, str]]) -> Check:
+        evidence = _evidence(outbox)
+        evidence.snapshot.inbox.extend(inbox)
+        return _check(evidence, "effects_once")
+
+    assert effects([("order-status", "i1")]).figures["inbox_rows"] == 1
+    assert effects([("order-status", "i1")]).ok
+    assert any("without its inbox row" in v for v in effects([]).violations)
+    assert any(
+        "changed no order" in v for v in effects([("order-status", "i1"), ("order-status", "i2")]).violations
+    )
+
+
+@pytest.mark.parametrize("variant", [poison.INVALID_ENVELOPE, poison.OVERSIZE])
+def test_a_poison_row_is_json_the_publisher_refuses(variant: str):
+    limit = 4096
+
+    envelope = poison.postgres_envelope(variant, "p-1", "chaos-poison-1", 1, limit)
+
+    assert isinstance(json.loads(envelope), dict)  # the column is json
+    with pytest.raises(InvalidEnvelope) as refused:
+        outbox_entry(envelope, limit)
+    if variant == poison.OVERSIZE:
+        assert refused.value.details["eventBytes"] == limit + 1
+        outbox_entry(envelope, limit + 1)  # a byte more of room, and it is a publishable event
+
+
+def test_with_postgres_the_publisher_is_a_relay_and_faults_without_their_hook_are_left_out(tmp_path: Path):
+    config = ChaosConfig(orders=40, order_store="postgres")
+    template = chaos_template(config)
+
+    plan = fault_plan(config, template, tmp_path / "ledger", tmp_path / "state")
+
+    assert template.parameter_values["OrderStore"] == "postgres"
+    assert roles(config)[PUBLISHER] == RELAY
+    assert PUBLISHER not in roles(ChaosConfig())
+    assert set(plan.functions[PUBLISHER].faults) == set(RELAY_KINDS)
+    assert plan.functions["OrdersApiFunction"].faults == {}
+    assert set(plan.functions["OrderStatusFunction"].faults) == {CRASH_AFTER_COMPLETE}
+    dynamodb = fault_plan(
+        ChaosConfig(orders=40), chaos_template(ChaosConfig()), tmp_path / "l", tmp_path / "s"
+    )
+    assert CRASH_AFTER_WRITE in dynamodb.functions["OrderStatusFunction"].faults
+    with pytest.raises(ValueError, match="order_store"):
+        ChaosConfig(order_store="mysql")
+
+
+def test_a_503_without_retry_after_breaks_the_api_contract():
+    def answer(headers: dict[str, str]) -> Any:
+        response = requests.Response()
+        response.status_code = 503
+        response.headers.update(headers)
+        response._content = json.dumps(
+            {"error": {"code": "SERVICE_BUSY", "message": "retry", "details": {}}}
+        ).encode()
+        return Driver("http://unused", 1.0, 1)._read(response)
+
+    assert answer({"Retry-After": "1"}).problem is None
+    assert answer({}).problem == "503 without Retry-After"
+
+
+# --- small runs through the local stack ---------------------------------------------------------------
 def test_a_small_chaos_run_loses_nothing_and_applies_every_effect_once(
     local_services: LocalServices, tmp_path: Path
 ):
@@ -49,3 +309,69 @@ def test_a_small_chaos_run_loses_nothing_and_applies_every_effect_once(
     assert report["events"]["bus_repeats"] >= 1  # the relay's crash after PutEvents re-sent its batch
     assert report["orders"].get("REJECTED", 0) >= 1
     assert report["orders"].get("CANCELLED", 0) >= 1
+
+
+@pytest.fixture
+def services_with_own_database(local_services: LocalServices, tmp_path: Path) -> Iterator[LocalServices]:
+    """The session's DynamoDB Local and moto server, with a PostgreSQL of the test's own: the run restarts
+    it, which the session's other stacks on the shared one must not see."""
+    services = copy.copy(local_services)
+    services.order_database = EmbeddedPostgres(tmp_path / "postgres")
+    yield services
+    services.order_database.stop()
+
+
+def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a_restart_and_poison_rows(
+    services_with_own_database: LocalServices, tmp_path: Path
+):
+    config = ChaosConfig(
+        orders=40,
+        seed=11,
+        out_dir=tmp_path,
+        quiet=True,
+        max_receive_count=3,
+        order_store="postgres",
+        stack_name="chaospg",
+    )
+
+    report = run(config, services=services_with_own_database)
+
+    failed = {name: check["examples"] for name, check in report["invariants"].items() if not check["ok"]}
+    assert report["drained"], render(report)
+    assert not failed, render(report)
+    assert report["passed"]
+    # Every fault with a hook on this store happened; the others are named, not pretended.
+    expected = (set(WORKER_KINDS) - {*API_KINDS, API_STALE_CANCEL}) | set(
+        HARNESS_KINDS + POSTGRES_HARNESS_KINDS
+    )
+    assert expected <= set(report["faults"]), report["faults"]
+    assert report["faults_not_applicable"] == {f: list(k) for f, k in POSTGRES_NOT_APPLICABLE.items()}
+    assert set(report["faults_by_function"][PUBLISHER]) >= set(RELAY_KINDS)
+    figures = report["postgres"]
+    # The publisher died between PutEvents and COMMIT: its rows stayed pending and were put again.
+    assert figures["republished"]["after_a_crash_between_put_events_and_commit"] >= 1
+    assert figures["outbox_rows"]["pending"] == 0
+    # 2, then 4 publishers at once; each order's events still reached the bus in sequence.
+    first, second = figures["publishers"]["phases"][:2]
+    assert (first["target"], second["target"]) == (2, 4)
+    assert first["peak"] >= 2
+    assert second["peak"] >= 4
+    assert report["invariants"]["published_in_order"]["aggregates"] >= 40
+    # The database was down mid-drive: the API answered 503 with Retry-After, the client retried.
+    restart = figures["database_restart"]
+    assert restart["outage_seconds"] >= config.database_down_seconds
+    assert restart["answers_503_during_outage"] >= 1
+    # Poison rows (a made-up order's, invalid and oversize; a real order's) are parked whole, marked
+    # parked, and held no later event of another order back.
+    rows = figures["poison_rows"]
+    assert [(r["variant"], r["real_order"]) for r in rows] == [
+        (poison.INVALID_ENVELOPE, False),
+        (poison.OVERSIZE, False),
+        (poison.INVALID_ENVELOPE, True),
+    ]
+    assert all(
+        r["state"] == PARKED and r["of_them_published"] == r["later_events_of_other_orders"] for r in rows
+    )
+    summary = report["summary"]
+    assert summary["relay_poison_queue"] == summary["poison_injected"] == len(rows) + 1  # + inventory's
+    assert summary["lost"] == summary["phantom"] == summary["duplicate_effects"] == 0

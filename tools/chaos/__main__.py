@@ -21,6 +21,9 @@ Settings from the environment, as the Makefile passes them:
     DRAIN_TIMEOUT=    seconds to wait for the pipeline to drain (default: max(240, 0.6 x ORDERS))
     MAX_RECEIVES=     the consumer queues' maxReceiveCount (default: the template's)
     PARALLELIZATION=  the relay mappings' ParallelizationFactor (default: the template's, 1)
+    ORDER_STORE=dynamodb  the template's OrderStore: dynamodb, or postgres (orders in PostgreSQL, the
+                      polling publisher: 2 then 4 publishers at once, the database restarted mid-drive,
+                      poison rows; tools/chaos/harness.py)
 Exit status: 0 when every invariant holds, 1 when one fails, 2 when the run could not be made.
 """
 
@@ -32,7 +35,7 @@ import sys
 from typing import Any
 
 from tools.chaos import fuzz, openapi, recovery_scenarios
-from tools.chaos.harness import DEFAULT_OUT_DIR, ChaosConfig, run
+from tools.chaos.harness import DEFAULT_OUT_DIR, DYNAMODB, ORDER_STORES, ChaosConfig, run
 from tools.chaos.isolation import Isolation
 from tools.chaos.isolation import render as render_isolation
 from tools.chaos.report import render
@@ -49,7 +52,15 @@ def _env_int(name: str, default: int | None) -> int | None:
         raise SystemExit(f"error: {name} must be an integer, got {raw!r}") from None
 
 
-def config_from_env(orders: int = 200) -> ChaosConfig:
+def _order_store() -> str:
+    store = os.environ.get("ORDER_STORE", "").strip().lower() or DYNAMODB
+    if store not in ORDER_STORES:
+        raise SystemExit(f"error: ORDER_STORE must be one of {', '.join(ORDER_STORES)}, got {store!r}")
+    return store
+
+
+def config_from_env(orders: int = 200, *, order_store: bool = True) -> ChaosConfig:
+    """The run's settings; without `order_store`, ORDER_STORE is not read (the scenarios are DynamoDB's)."""
     drain = _env_int("DRAIN_TIMEOUT", None)
     return ChaosConfig(
         orders=_env_int("ORDERS", orders) or orders,
@@ -59,6 +70,7 @@ def config_from_env(orders: int = 200) -> ChaosConfig:
         drain_timeout_seconds=float(drain) if drain else None,
         max_receive_count=_env_int("MAX_RECEIVES", None),
         parallelization_factor=_env_int("PARALLELIZATION", None),
+        order_store=_order_store() if order_store else DYNAMODB,
     )
 
 
@@ -97,12 +109,12 @@ def scenario(name: str) -> int:
     """One recovery scenario: 0 when its expectation holds, 1 when not, 2 when it could not be made."""
     try:
         if name == "hot-sku":
-            report = recovery_scenarios.hot_sku(config_from_env(orders=100))
+            report = recovery_scenarios.hot_sku(config_from_env(orders=100, order_store=False))
             _write(name, report)
             print(render(report))
             return 0 if report["passed"] else 1
         if name == "replay":
-            report = recovery_scenarios.replay_after_chaos(config_from_env(orders=100))
+            report = recovery_scenarios.replay_after_chaos(config_from_env(orders=100, order_store=False))
             _write(name, report)
             print(render(report))
             return 0 if report["passed"] else 1

@@ -1,7 +1,8 @@
 """The harness's hands on the bus: capture everything published, and deliver some events twice, late.
 
 - BusCapture: a catch-all rule on the bus into a capture queue, drained by a thread: every event put on
-  the bus, with how many times it was put there.
+  the bus, with how many times it was put there and the rank of its first arrival (the bus delivers
+  to the queue inside PutEvents and the queue keeps their order: arrival order is put order).
 - NotificationCapture: the topic's capture queue (the local stack subscribes one to every topic).
 - Duplicator: for each consumer rule, an extra rule with the same pattern narrowed to a subset of event
   ids (detail.id prefixes), whose target is a chaos delay queue; a thread moves each message into the
@@ -109,6 +110,7 @@ class CapturedEvent:
     detail: dict[str, Any]
     deliveries: int = 0
     first_at: float = field(default_factory=time.time)
+    first_arrival: int = 0  # rank among the events captured (0 first)
 
 
 class _QueueCapture:
@@ -152,7 +154,9 @@ class BusCapture(_QueueCapture):
             if not isinstance(event_id, str) or not isinstance(detail, dict):
                 self.foreign.append(message["Body"][:500])
                 return
-            captured = self.events.setdefault(event_id, CapturedEvent(detail))
+            captured = self.events.get(event_id)
+            if captured is None:
+                captured = self.events[event_id] = CapturedEvent(detail, first_arrival=len(self.events))
             captured.deliveries += 1
 
     def seen(self) -> set[str]:

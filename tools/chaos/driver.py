@@ -1,8 +1,9 @@
 """The client side: orders, cancels and retries over HTTP, as a careful client would send them.
 
 Every create carries an Idempotency-Key and is retried with the same key (and body) after a timeout,
-409 REQUEST_IN_PROGRESS, 503 SERVICE_BUSY (after Retry-After) or an unexpected 5xx, within a bounded
-number of attempts. Some creates are sent twice at once on purpose; some orders are cancelled right
+409 REQUEST_IN_PROGRESS, 503 SERVICE_BUSY (after Retry-After, which a 503 must carry) or an unexpected
+5xx, within a bounded number of attempts, or of seconds (an outage of the order database lasts longer
+than eight one-second pauses). Some creates are sent twice at once on purpose; some orders are cancelled right
 after their create, some a little later; some lines ask for scarce SKUs so some orders are rejected.
 Everything the client saw is kept for the checks.
 """
@@ -23,6 +24,10 @@ import requests
 from tools.chaos.plan import seeded_rng
 
 MAX_ATTEMPTS = 8
+# Past MAX_ATTEMPTS a request is still retried until this many seconds after its first attempt (at most
+# MAX_ATTEMPTS_IN_BUDGET attempts).
+RETRY_BUDGET_SECONDS = 30.0
+MAX_ATTEMPTS_IN_BUDGET = 40
 _RETRY_CODES = frozenset({"REQUEST_IN_PROGRESS", "CONCURRENT_MODIFICATION", "SERVICE_BUSY"})
 _MAX_RETRY_AFTER_SECONDS = 2.0
 
@@ -87,6 +92,7 @@ class Answer:
     error_code: str | None = None
     replayed: bool = False
     problem: str | None = None  # a response that breaks the API contract
+    at: float = field(default_factory=time.time)  # when it came (epoch seconds)
 
 
 @dataclass
@@ -146,7 +152,10 @@ class Driver:
     def _ask(self, method: str, path: str, body: Any = None, key: str | None = None) -> list[Answer]:
         answers: list[Answer] = []
         headers = {"Idempotency-Key": key} if key else {}
-        for attempt in range(MAX_ATTEMPTS):
+        began = time.monotonic()
+        for attempt in range(MAX_ATTEMPTS_IN_BUDGET):
+            if attempt >= MAX_ATTEMPTS and time.monotonic() - began >= RETRY_BUDGET_SECONDS:
+                break
             if attempt:
                 self._count("retries")
             self._count("requests")
@@ -190,6 +199,8 @@ class Driver:
                 answer.error_code = str(body["error"]["code"])
             if response.status_code >= 500 and response.status_code != 503:
                 answer.problem = answer.problem or f"unexpected {response.status_code}: {answer.error_code}"
+            if response.status_code == 503 and not response.headers.get("Retry-After"):
+                answer.problem = answer.problem or "503 without Retry-After"
         elif response.status_code in {200, 201} and not (isinstance(body, dict) and "orderId" in body):
             answer.problem = f"{response.status_code} without an order: {str(body)[:200]}"
         return answer

@@ -13,6 +13,8 @@ Where faults go (per role of the function):
     relay     PutEvents: ThrottlingException, an InternalException, a lost response (the call landed,
               then a read timeout), per-entry InternalFailure for some entries (once, or for every
               retry of the invocation so the relay checkpoints), or a crash after the call succeeded.
+              The stream relay, and with OrderStore=postgres the polling publisher, whose crash after
+              PutEvents is one before its COMMIT (the rows stay pending and are published again).
     consumer  the business write (TransactWriteItems on a business table) or, for the notifier, the
               SNS Publish: a crash before it, a timeout before it (an IN_PROGRESS idempotency record
               left by a dead consumer), a crash after it (before the idempotency record completes);

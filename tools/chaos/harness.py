@@ -9,6 +9,20 @@ Poison outbox items are parked by the relay in its poison queue: the drain waits
 the relay dead-letter queue (batches older than RelayMaximumRecordAgeSeconds) must stay empty. An
 epilogue (Run(..., epilogue=...)) runs after the checks with the stack still up: the replay scenario of
 tools/chaos/recovery_scenarios.py is one.
+
+With `order_store="postgres"` (ORDER_STORE=postgres) the template runs with OrderStore=postgres: the
+orders, their outbox and the inbox are in the embedded PostgreSQL, published by OutboxPublisherFunction
+(started every minute by the schedule); inventory stays on DynamoDB with the stream relay. Then also:
+- the publisher gets the relay's PutEvents faults (a crash after PutEvents is one between PutEvents and
+  COMMIT: its rows stay pending and are published again), and 2, then 4 publishers run at once during
+  the drive (tools/chaos/publishers.py: direct invocations beside the schedule's);
+- the database is restarted mid-drive (down `database_down_seconds`): the API answers 503 with
+  Retry-After, which the client retries;
+- poison rows go into the outbox table (a fake order's, and a real order's past its last sequence);
+- the evidence of the orders is read from PostgreSQL (tools/chaos/postgres_store.py), and every row
+  must end published, or parked when it is poison.
+The faults that hook DynamoDB writes the API and the order-status consumer no longer make are not
+injected, and the report says which (plan.POSTGRES_NOT_APPLICABLE).
 """
 
 from __future__ import annotations
@@ -28,11 +42,29 @@ from typing import Any
 
 from operations.recovery import FailedStreamBatch
 from shop.adapters import keys
+from shop.domain.inventory import EVENT_SOURCE as INVENTORY_SOURCE
 from shop.domain.notifications import NOTIFIABLE
+from shop.domain.orders import EVENT_SOURCE as ORDERS_SOURCE
 from tools.chaos import poison
 from tools.chaos.bus import BusCapture, DuplicateRoute, Duplicator, NotificationCapture, queue_depth
-from tools.chaos.check import DEATH_ERRORS, Check, Evidence, collect, evaluate, read_dlq, stream_range_keys
-from tools.chaos.driver import Driver, OrderOutcome, OrderScript, scripts, stock_for
+from tools.chaos.check import (
+    DEATH_ERRORS,
+    ORDERS_SIDE,
+    PARKED,
+    PENDING,
+    PUBLISHED,
+    Check,
+    DynamoOrderStore,
+    Evidence,
+    OrderStore,
+    collect,
+    evaluate,
+    parked_key,
+    parked_poison,
+    read_dlq,
+    stream_range_keys,
+)
+from tools.chaos.driver import Answer, Driver, OrderOutcome, OrderScript, scripts, stock_for
 from tools.chaos.ledger import Ledger
 from tools.chaos.plan import (
     API,
@@ -49,6 +81,7 @@ from tools.chaos.plan import (
     CRASH_BEFORE_WRITE,
     NOTIFIER,
     OBSERVED_PUBLISH_RESPONSE_LOST,
+    POSTGRES_NOT_APPLICABLE,
     RELAY,
     RELAY_CALL_ERROR,
     RELAY_CRASH_AFTER_PUT,
@@ -60,6 +93,8 @@ from tools.chaos.plan import (
     FunctionPlan,
     Plan,
 )
+from tools.chaos.postgres_store import PostgresOrderStore
+from tools.chaos.publishers import PUBLISHER, DatabaseRestart, PublisherPool
 from tools.local.console.activity import Invocation
 from tools.local.pollers.event_sources import read_event_sources
 from tools.local.services.emulators import LocalServices
@@ -79,6 +114,12 @@ ROLES = {
 _VISIBILITY_MARGIN_SECONDS = 5
 _PROGRESS_SECONDS = 10.0
 _STABLE_POLLS = 2
+DYNAMODB, POSTGRES = "dynamodb", "postgres"
+ORDER_STORES = (DYNAMODB, POSTGRES)
+# 503s counted as the restart's up to this long after the database is back (connections it broke are
+# found broken at their next use).
+_AFTER_RESTART_SECONDS = 10.0
+_NEXT_SECONDS = 10.0  # a poison row's neighbours: the events of other orders written this soon after it
 
 
 @dataclass
@@ -106,6 +147,28 @@ class ChaosConfig:
     out_dir: Path = DEFAULT_OUT_DIR
     stack_name: str = "chaos"
     quiet: bool = False
+    # The template's OrderStore: "dynamodb", or "postgres" (the module docstring says what changes).
+    order_store: str = DYNAMODB
+    # postgres: the database is restarted once, when this share of the orders has been sent (None: never),
+    # and stays down this long between its stop and its start.
+    restart_at: float | None = 0.55
+    database_down_seconds: float = 5.0
+    # postgres: publishers at once (the schedule's one and direct invocations) in each half of the drive,
+    # then while draining.
+    publishers_at_once: tuple[int, int] = (2, 4)
+    drain_publishers: int = 2
+    # postgres: MaxEventBytes of the run. The oversize poison row is one byte over it; at this size it
+    # still fits one poison queue message, so it is parked whole (a row over the queue's 256 KiB would be
+    # parked without its item).
+    max_event_bytes: int = 32_768
+
+    def __post_init__(self) -> None:
+        if self.order_store not in ORDER_STORES:
+            raise ValueError(f"order_store must be one of {ORDER_STORES}, not {self.order_store!r}")
+
+    @property
+    def postgres(self) -> bool:
+        return self.order_store == POSTGRES
 
     @property
     def drain_timeout(self) -> float:
@@ -121,6 +184,11 @@ HOT_SKU_CONFLICT_PROBABILITY = 0.6
 
 def _cap(orders: int, per: int, most: int) -> int:
     return max(1, min(most, orders // per))
+
+
+def roles(config: ChaosConfig) -> dict[str, str]:
+    """The functions faults are injected in, by role: with postgres, the polling publisher is a relay."""
+    return {**ROLES, PUBLISHER: RELAY} if config.postgres else dict(ROLES)
 
 
 def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Path) -> Plan:
@@ -169,10 +237,20 @@ def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Pat
         idempotency_table=template.physical_name("IdempotencyTable"),
         business_tables=(template.physical_name("OrdersTable"), template.physical_name("InventoryTable")),
         functions={
-            name: FunctionPlan(role, float(template.function(name).timeout), faults[role])
-            for name, role in ROLES.items()
+            name: FunctionPlan(
+                role, float(template.function(name).timeout), _applicable(config, name, faults[role])
+            )
+            for name, role in roles(config).items()
         },
     )
+
+
+def _applicable(config: ChaosConfig, function: str, faults: dict[str, FaultSpec]) -> dict[str, FaultSpec]:
+    """The function's faults whose hook the order store has (postgres: see plan.POSTGRES_NOT_APPLICABLE)."""
+    if not config.postgres:
+        return dict(faults)
+    missing = set(POSTGRES_NOT_APPLICABLE.get(function, ()))
+    return {kind: spec for kind, spec in faults.items() if kind not in missing}
 
 
 def chaos_template(config: ChaosConfig) -> Template:
@@ -182,6 +260,9 @@ def chaos_template(config: ChaosConfig) -> Template:
         parameters["ConsumerMaxReceiveCount"] = str(config.max_receive_count)
     if config.parallelization_factor is not None:
         parameters["RelayParallelizationFactor"] = str(config.parallelization_factor)
+    if config.postgres:
+        parameters["OrderStore"] = POSTGRES
+        parameters["MaxEventBytes"] = str(config.max_event_bytes)
     template = Template(data, parameters=parameters, stack_name=config.stack_name)
     for source in read_event_sources(template).queues:
         timeout = template.function(source.function).timeout
@@ -292,6 +373,11 @@ class Run:
         self.timings: dict[str, float] = {}
         self.client_counters: dict[str, int] = {}
         self.drained = False
+        # Set once the stack runs: where the orders are, and (postgres) the extra publishers and the restart.
+        self.store: OrderStore | None = None
+        self.postgres: PostgresOrderStore | None = None
+        self.publishers: PublisherPool | None = None
+        self.restart: DatabaseRestart | None = None
 
     def _on_activity(self, entry: object) -> None:
         if isinstance(entry, Invocation) and entry.result.error is not None:
@@ -334,6 +420,15 @@ class Run:
 
     def _execute(self, began: float) -> dict[str, Any]:
         stack = self.stack
+        if self.config.postgres:
+            self.store = self.postgres = PostgresOrderStore(stack)
+            self.publishers = PublisherPool(stack)
+            if self.config.restart_at is not None:
+                self.restart = DatabaseRestart(
+                    stack.services.order_database, self.ledger, self.config.database_down_seconds
+                )
+        else:
+            self.store = DynamoOrderStore(stack)
         topology = Topology.of(stack)
         bus_name = stack.template.physical_name("EventBus")
         capture = BusCapture(stack, bus_name, self.config.stack_name)
@@ -352,11 +447,18 @@ class Run:
         try:
             if self.config.inject_poison:
                 self._poison_queues(topology)
-                self._poison_table("OrdersTable", poison.NOT_JSON)
+                if self.config.postgres:
+                    self._poison_row(poison.INVALID_ENVELOPE)
+                else:
+                    self._poison_table("OrdersTable", poison.NOT_JSON)
             outcomes = self._drive()
             drive_end = time.monotonic()
+            if self.publishers is not None:
+                self.publishers.set_target("drain", self.config.drain_publishers)
             self.drained = self._drain(topology, capture, notifications, duplicator)
             self.timings["drain_seconds"] = time.monotonic() - drive_end
+            if self.publishers is not None:
+                self.publishers.stop()
             evidence = self._evidence(topology, capture, notifications, duplicator, outcomes)
             checks = evaluate(evidence)
             if self.epilogue is not None and self.drained:
@@ -365,10 +467,14 @@ class Run:
                 self.epilogue_report = self.epilogue(self, live)
                 self.timings["epilogue_seconds"] = time.monotonic() - began_epilogue
         finally:
+            if self.publishers is not None:
+                self.publishers.stop()
+            if self.restart is not None:
+                self.restart.join()
             for part in (duplicator, notifications, capture):
                 part.stop()
         self.timings["total_seconds"] = time.monotonic() - began
-        return self._report(evidence, checks, duplicator)
+        return self._report(evidence, checks, duplicator, outcomes)
 
     def _poison_queues(self, topology: Topology) -> None:
         for queue, function in sorted(topology.consumer_queues.items()):
@@ -383,32 +489,66 @@ class Run:
         )
         self.poison_items.append(item)
 
+    def _poison_row(self, variant: str, real_order: bool = False) -> None:
+        """postgres: a poison row in the outbox, of a made-up aggregate or of the latest real order."""
+        assert self.postgres is not None
+        order_id = self.postgres.latest_order() if real_order else None
+        if real_order and order_id is None:
+            return
+        self.poison_items.append(
+            self.postgres.write_poison_row(self.ledger, variant, self.config.max_event_bytes, order_id)
+        )
+
     def _drive(self) -> list[OrderOutcome]:
         plan = scripts(self.config.orders, self.config.seed, self.stock)
         driver = Driver(self.stack.api_url, self.config.client_timeout_seconds, self.config.workers)
-        thirds = (
-            {
-                len(plan) // 3: ("InventoryTable", poison.NO_ENVELOPE),
-                2 * len(plan) // 3: ("OrdersTable", poison.INVALID_ENVELOPE),
-            }
-            if self.config.inject_poison
-            else {}
-        )
+        at: dict[int, list[Callable[[], None]]] = {}
+        if self.config.inject_poison:
+            at.setdefault(len(plan) // 3, []).append(
+                lambda: self._poison_table("InventoryTable", poison.NO_ENVELOPE)
+            )
+            if self.config.postgres:
+                at[len(plan) // 3].append(lambda: self._poison_row(poison.OVERSIZE))
+                at.setdefault(2 * len(plan) // 3, []).append(
+                    lambda: self._poison_row(poison.INVALID_ENVELOPE, real_order=True)
+                )
+            else:
+                at.setdefault(2 * len(plan) // 3, []).append(
+                    lambda: self._poison_table("OrdersTable", poison.INVALID_ENVELOPE)
+                )
+        publishers = self.publishers
+        if publishers is not None:
+            second = self.config.publishers_at_once[1]
+            at.setdefault(len(plan) // 2, []).append(
+                lambda: publishers.set_target("drive, second half", second)
+            )
+        restart = self.restart
+        if restart is not None and self.config.restart_at is not None:
+            index = min(len(plan) - 1, int(self.config.restart_at * len(plan)))
+            at.setdefault(index, []).insert(0, lambda: self._restart_database(restart, index))
         started = time.monotonic()
         last = [started]
+        if publishers is not None:
+            publishers.start("drive, first half", self.config.publishers_at_once[0])
 
         def progress(index: int, _: OrderScript) -> None:
-            if index in thirds:
-                self._poison_table(*thirds[index])
+            for action in at.get(index, []):
+                action()
             if time.monotonic() - last[0] >= _PROGRESS_SECONDS:
                 last[0] = time.monotonic()
                 self.say(f"driving: {index + 1}/{len(plan)} orders sent, {dict(driver.counters)}")
 
         outcomes = driver.run(plan, progress, rate=self.config.rate)
+        if restart is not None:
+            restart.join()  # the drive may end during the outage: the restart is part of it
         self.timings["drive_seconds"] = time.monotonic() - started
         self.client_counters = dict(driver.counters)
         self.say(f"driven in {self.timings['drive_seconds']:.1f} s: {self.client_counters}")
         return outcomes
+
+    def _restart_database(self, restart: DatabaseRestart, index: int) -> None:
+        self.say(f"restarting the order database (down {restart.down_seconds:g} s) at order {index + 1}")
+        restart.start(index)
 
     # --- draining -------------------------------------------------------------------------------
     def _drain(
@@ -466,12 +606,17 @@ class Run:
             found = queue_depth(sqs, self.stack.queue_url(topology.consumer_dlqs[queue]))
             if found < count:
                 reasons.append(f"{topology.consumer_dlqs[queue]} {found}/{count}")
+        if self.restart is not None and not self.restart.done:
+            reasons.append("the order database is restarting")
         if reasons:
             return reasons  # the table scan below is the expensive part
-        snapshot = collect(self.stack)
+        snapshot = collect(self.stack, self.store)
         pending = sum(1 for o in snapshot.orders.values() if o["status"] == "PENDING")
         if pending:
             reasons.append(f"{pending} orders PENDING")
+        rows = sum(1 for r in snapshot.outbox if r.state == PENDING)
+        if rows:
+            reasons.append(f"{rows} outbox rows pending")
         seen = capture.seen()
         outbox = snapshot.decodable()
         unseen = [i for i in outbox if i not in seen]
@@ -481,9 +626,7 @@ class Run:
         silent = [
             i
             for i, r in outbox.items()
-            if r.table == "OrdersTable"
-            and (r.envelope or {}).get("type") in NOTIFIABLE
-            and i not in published
+            if r.table == ORDERS_SIDE and (r.envelope or {}).get("type") in NOTIFIABLE and i not in published
         ]
         if silent:
             reasons.append(f"{len(silent)} notifications not published yet")
@@ -512,8 +655,12 @@ class Run:
                 self.say(f"unreadable relay DLQ message: {exc}")
         consumer_dlqs = {queue: read_dlq(stack, dlq) for queue, dlq in topology.consumer_dlqs.items()}
         dynamodb = stack.clients.dynamodb()
+        snapshot = collect(stack, self.store)
+        rows = {(r.pk, r.sk): r.item for r in snapshot.outbox if r.item is not None}
         poison_table_items = {
-            (p.pk, p.sk): dynamodb.get_item(
+            (p.pk, p.sk): rows.get((p.pk, p.sk))
+            if p.table == poison.POSTGRES_OUTBOX
+            else dynamodb.get_item(
                 TableName=stack.template.physical_name(p.table),
                 Key={keys.PK: {"S": p.pk}, keys.SK: {"S": p.sk}},
                 ConsistentRead=True,
@@ -521,7 +668,7 @@ class Run:
             for p in self.poison_items
         }
         return Evidence(
-            snapshot=collect(stack),
+            snapshot=snapshot,
             bus=capture.snapshot(),
             foreign_bus_messages=list(capture.foreign),
             notifications=notifications.by_event_id(),
@@ -536,9 +683,22 @@ class Run:
             consumer_dlqs=consumer_dlqs,
             relay_poison_queue=read_dlq(stack, topology.relay_poison_queue),
             poison_table_items=poison_table_items,
-            harness_errors=capture.errors + notifications.errors + duplicator.errors,
+            harness_errors=capture.errors
+            + notifications.errors
+            + duplicator.errors
+            + (self.restart.errors if self.restart else []),
             deaths=self._deaths(),
+            in_order_sources=self._in_order_sources(),
+            database_outages=[self.restart.window] if self.restart and self.restart.window else [],
         )
+
+    def _in_order_sources(self) -> frozenset[str]:
+        """Whose events must first reach the bus in each aggregate's order: the polling publisher's always
+        (its claims are per order); the stream relay's when one batch at a time reads each shard."""
+        one_batch_per_shard = int(self.template.parameter_values["RelayParallelizationFactor"]) == 1
+        publisher = {ORDERS_SOURCE} if self.config.postgres else set()
+        relay = {INVENTORY_SOURCE} if self.config.postgres else {ORDERS_SOURCE, INVENTORY_SOURCE}
+        return frozenset(publisher | (relay if one_batch_per_shard else set()))
 
     def evidence(self, live: Live) -> Evidence:
         """The evidence as it stands now (an epilogue checks the invariants again after its work)."""
@@ -553,7 +713,9 @@ class Run:
                 deaths[function] += count
         return dict(deaths)
 
-    def _report(self, evidence: Evidence, checks: list[Check], duplicator: Duplicator) -> dict[str, Any]:
+    def _report(
+        self, evidence: Evidence, checks: list[Check], duplicator: Duplicator, outcomes: list[OrderOutcome]
+    ) -> dict[str, Any]:
         by_name = {check.name: check for check in checks}
         injected = [entry for entry in evidence.ledger if entry["kind"] != OBSERVED_PUBLISH_RESPONSE_LOST]
         faults: Counter[str] = Counter(entry["kind"] for entry in injected)
@@ -561,8 +723,11 @@ class Run:
         for entry in injected:
             by_function.setdefault(entry["function"], Counter())[entry["kind"]] += 1
         snapshot = evidence.snapshot
-        tables = Counter(r.table for r in snapshot.outbox if r.envelope is not None)
+        tables = Counter(r.table for r in snapshot.outbox if r.live)
         deliveries = sum(c.deliveries for c in evidence.bus.values())
+        repeats_by_source: Counter[str] = Counter()
+        for captured in evidence.bus.values():
+            repeats_by_source[str(captured.detail.get("source"))] += captured.deliveries - 1
         effects = by_name["effects_once"].figures
         notes = by_name["one_notification_per_event"].figures
         passed = self.drained and all(check.ok for check in checks)
@@ -572,6 +737,7 @@ class Run:
             "passed": passed,
             "drained": self.drained,
             "seed": self.config.seed,
+            "order_store": self.config.order_store,
             "orders_requested": self.config.orders,
             "relay_parallelization_factor": int(self.template.parameter_values["RelayParallelizationFactor"]),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -589,17 +755,27 @@ class Run:
                 "bus_distinct": len(evidence.bus),
                 "bus_deliveries": deliveries,
                 "bus_repeats": deliveries - len(evidence.bus),
+                "bus_repeats_by_source": dict(sorted(repeats_by_source.items())),
                 "duplicates_delivered_to_consumers": duplicator.sent,
             },
             "faults": dict(sorted(faults.items())),
+            "faults_not_applicable": (
+                {f: list(kinds) for f, kinds in POSTGRES_NOT_APPLICABLE.items()}
+                if self.config.postgres
+                else {}
+            ),
             **({"hot_sku": self._hot_sku_figures(injected)} if self.config.hot_sku else {}),
             "faults_by_function": {f: dict(sorted(c.items())) for f, c in sorted(by_function.items())},
             "function_errors": {f"{f} {t}": n for (f, t), n in sorted(self.function_errors.items())},
-            "uninjected_deaths": {f: n for f in sorted(ROLES) if (n := evidence.uninjected_deaths(f))},
+            "uninjected_deaths": {
+                f: n for f in sorted(roles(self.config)) if (n := evidence.uninjected_deaths(f))
+            },
             "client": dict(sorted(self.client_counters.items())),
             "summary": {
                 "lost": by_name["no_lost_events"].figures["lost"],
+                "pending_rows": by_name["no_lost_events"].figures["pending_rows"],
                 "phantom": by_name["no_phantom_events"].figures["phantom"],
+                "published_out_of_order": by_name["published_in_order"].figures["out_of_order"],
                 "duplicate_effects": effects["duplicate_effects"] + notes["unexplained_duplicates"],
                 "stock_mismatches": effects["stock_mismatches"],
                 "stale_cancels_that_raced_a_change": sum(
@@ -616,10 +792,114 @@ class Run:
                 "consumer_dlqs": by_name["dead_letters_exact"].figures["consumer_dlq_messages"],
             },
             "invariants": {check.name: check.to_dict() for check in checks},
+            **({"postgres": self._postgres_figures(evidence, outcomes)} if self.config.postgres else {}),
             **({"epilogue": self.epilogue_report} if self.epilogue is not None else {}),
             "plan": json.loads(self.plan.to_json()),
             "run_dir": str(self.run_dir),
         }
+
+    def _postgres_figures(self, evidence: Evidence, outcomes: list[OrderOutcome]) -> dict[str, Any]:
+        """What only the PostgreSQL order store shows: its rows' states and publish lag, the publishers,
+        the restart and what the client saw of it, and each poison row's fate."""
+        snapshot = evidence.snapshot
+        rows = [r for r in snapshot.outbox if r.state is not None]
+        states = Counter(str(r.state) for r in rows)
+        lags = sorted(
+            r.marked_at - r.created_at
+            for r in rows
+            if r.state == PUBLISHED and r.marked_at is not None and r.created_at is not None
+        )
+        crashed = {
+            event_id
+            for entry in evidence.ledger
+            if entry["kind"] == RELAY_CRASH_AFTER_PUT and entry["function"] == PUBLISHER
+            for event_id in entry.get("event_ids", [])
+        }
+        answers = [a for o in outcomes for a in o.create_answers + o.cancel_answers]
+        return {
+            "outbox_rows": {state: states[state] for state in (PUBLISHED, PARKED, PENDING)},
+            "publish_lag_seconds": _quantiles(lags),
+            "republished": {
+                "order_events_put_more_than_once": sum(
+                    1
+                    for c in evidence.bus.values()
+                    if c.detail.get("source") == ORDERS_SOURCE and c.deliveries > 1
+                ),
+                "after_a_crash_between_put_events_and_commit": sum(
+                    1 for i in crashed if i in evidence.bus and evidence.bus[i].deliveries > 1
+                ),
+            },
+            "inbox_rows": len(snapshot.inbox),
+            "publishers": self.publishers.report() if self.publishers else {},
+            "database_restart": self._restart_figures(answers),
+            "poison_rows": self._poison_row_figures(evidence),
+        }
+
+    def _restart_figures(self, answers: list[Answer]) -> dict[str, Any]:
+        if self.restart is None:
+            return {}
+        figures = self.restart.report()
+        unavailable = [a for a in answers if a.status == 503]
+        figures["answers_503"] = len(unavailable)
+        if self.restart.window is not None:
+            began, ended = self.restart.window
+            figures["answers_503_during_outage"] = sum(1 for a in unavailable if began <= a.at <= ended)
+            figures["answers_503_within_10s_after"] = sum(
+                1 for a in unavailable if ended < a.at <= ended + _AFTER_RESTART_SECONDS
+            )
+            figures["answers_during_outage"] = sum(1 for a in answers if began <= a.at <= ended)
+        return figures
+
+    def _poison_row_figures(self, evidence: Evidence) -> list[dict[str, Any]]:
+        """Each poison row: parked (how often), and the later events of other orders: published, and the
+        longest publish lag of those written in the 10 s after it (held back, it would be long)."""
+        records = {(r.pk, r.sk): r for r in evidence.snapshot.outbox}
+        times: Counter[tuple[str, str]] = Counter()
+        for body in evidence.relay_poison_queue:
+            message = parked_poison(body)
+            key = parked_key(message) if message is not None else None
+            if key is not None:
+                times[key] += 1
+        rows = [r for r in evidence.snapshot.outbox if r.state is not None and r.live]
+        figures = []
+        for item in self.poison_items:
+            if item.table != poison.POSTGRES_OUTBOX:
+                continue
+            record = records.get((item.pk, item.sk))
+            position = record.position if record and record.position is not None else 0
+            written = record.created_at if record and record.created_at is not None else 0.0
+            later = [r for r in rows if r.pk != item.pk and (r.position or 0) > position]
+            soon = [
+                r.marked_at - r.created_at
+                for r in later
+                if r.state == PUBLISHED
+                and r.marked_at is not None
+                and r.created_at is not None
+                and r.created_at <= written + _NEXT_SECONDS
+            ]
+            figures.append(
+                {
+                    "variant": item.variant,
+                    "real_order": item.real_order,
+                    "state": record.state if record else None,
+                    "parked_times": times[(item.pk, item.sk)],
+                    "later_events_of_other_orders": len(later),
+                    "of_them_published": sum(1 for r in later if r.state == PUBLISHED),
+                    "publish_lag_max_of_those_written_10s_after": round(max(soon), 3) if soon else None,
+                }
+            )
+        return figures
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def at(share: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 3)
+
+    return {"p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1], 3)}
 
 
 def run(

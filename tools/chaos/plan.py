@@ -44,6 +44,8 @@ OBSERVED_PUBLISH_RESPONSE_LOST = "observed.publish_response_lost"
 BUS_DUPLICATE = "bus.duplicate"
 POISON_OUTBOX_ITEM = "poison.outbox_item"
 POISON_MESSAGE = "poison.malformed_message"
+# OrderStore=postgres: the order database stopped mid-drive and started again on the same data.
+DATABASE_RESTART = "database.restart"
 
 # The kinds each hook picks among (tools/chaos/faults.py), and every kind a worker can inject.
 API_KINDS = (API_THROTTLE, API_CONFLICT, API_TIMEOUT_AFTER_COMMIT)
@@ -66,6 +68,15 @@ WORKER_KINDS = (
     CRASH_AFTER_PUBLISH,
 )
 HARNESS_KINDS = (BUS_DUPLICATE, POISON_OUTBOX_ITEM, POISON_MESSAGE)
+POSTGRES_HARNESS_KINDS = (DATABASE_RESTART,)
+# OrderStore=postgres: the kinds whose hook is not there. The API's faults hook its DynamoDB transaction
+# (TransactWriteItems), and the consumers' business-write faults the consumer's; on this store the API
+# and the order-status consumer write PostgreSQL. The order-status consumer keeps the fault after its
+# (DynamoDB) idempotency record completed; inventory and notifications are unchanged.
+POSTGRES_NOT_APPLICABLE = {
+    "OrdersApiFunction": (*API_KINDS, API_STALE_CANCEL),
+    "OrderStatusFunction": (CRASH_BEFORE_WRITE, CONSUMER_TIMEOUT, CRASH_AFTER_WRITE),
+}
 
 
 def seeded_rng(*parts: object) -> random.Random:

@@ -5,6 +5,11 @@ stream record reaches the relay, which cannot decode it: the relay parks it whol
 and moves on (the relay dead-letter queue stays empty). A malformed message is sent straight to a
 consumer's queue: it fails on every receive and SQS moves it to the consumer's dead-letter queue.
 Each is written to the ledger, and the checks expect exactly these in the poison and dead-letter queues.
+
+With OrderStore=postgres, poison rows go into the order database's outbox table instead
+(tools/chaos/postgres_store.py writes them; postgres_envelope builds them): JSON that is not a
+CloudEvent, or a CloudEvent larger than MaxEventBytes (the column is `json`, so not-JSON cannot be
+stored). The polling publisher parks them in the same poison queue and marks them parked.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from shop.adapters import keys
 from shop.adapters.outbox_items import ENVELOPE
+from shop.domain.envelope import CloudEvent, format_time, now
+from shop.domain.orders import EVENT_SOURCE as ORDERS_SOURCE
 from tools.chaos.ledger import Ledger
 from tools.local.stack import LocalStack
 
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
 
 NOT_JSON, INVALID_ENVELOPE, NO_ENVELOPE = "not-json", "invalid-envelope", "no-envelope"
 NOT_A_CLOUDEVENT = "not-a-cloudevent"
+OVERSIZE = "oversize"  # a CloudEvent of this system, larger than MaxEventBytes
+POSTGRES_OUTBOX = "outbox"  # PoisonItem.table of a row of the order database's outbox
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class PoisonItem:
     sk: str
     event_id: str
     variant: str
+    real_order: bool = False  # a row of an order that exists (postgres), not of a made-up aggregate
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,30 @@ def _envelope(variant: str, event_id: str) -> dict[str, Any]:
         # JSON, but not a CloudEvent of this system: no sequence, no subject, no data.
         return {ENVELOPE: {"S": json.dumps({"specversion": "1.0", "id": event_id, "type": "OrderCreated"})}}
     return {}  # NO_ENVELOPE
+
+
+def postgres_envelope(
+    variant: str, event_id: str, aggregate: str, sequence: int, max_event_bytes: int
+) -> str:
+    """The envelope text of a poison outbox row: valid JSON (the column is `json`), never publishable."""
+    if variant == INVALID_ENVELOPE:
+        # A CloudEvent's first fields, no subject, no sequence, no data.
+        return json.dumps({"specversion": "1.0", "id": event_id, "type": "OrderCreated"})
+    if variant != OVERSIZE:
+        raise ValueError(f"no poison row of variant {variant!r}")
+    event = CloudEvent(
+        id=event_id,
+        source=ORDERS_SOURCE,
+        type="OrderCreated",
+        subject=aggregate,
+        time=format_time(now()),
+        sequence=sequence,
+        correlationid=event_id,
+        data={"orderId": aggregate, "padding": ""},
+    )
+    # Past the limit by a little: the row still fits one poison queue message, so it is parked whole.
+    event.data["padding"] = "x" * max(0, max_event_bytes + 1 - event.entry_size())
+    return event.to_json()
 
 
 def write_poison_item(

@@ -21,12 +21,83 @@ def _epilogue(epilogue: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _postgres(report: dict[str, Any]) -> list[str]:
+    """OrderStore=postgres: the rows, the publishers, the restart, the poison rows; what was not injected."""
+    figures = report.get("postgres")
+    if not figures:
+        return []
+    rows, lag, again = figures["outbox_rows"], figures["publish_lag_seconds"], figures["republished"]
+    publishers, restart = figures["publishers"], figures["database_restart"]
+    lines = [
+        "order store: postgres",
+        _row(
+            "outbox rows published / parked / pending",
+            f"{rows['published']} / {rows['parked']} / {rows['pending']}",
+        ),
+        _row("publish lag p50 / p99 / max (s)", f"{lag.get('p50')} / {lag.get('p99')} / {lag.get('max')}"),
+        _row(
+            "order events put twice or more (after a crash)",
+            f"{again['order_events_put_more_than_once']} "
+            f"({again['after_a_crash_between_put_events_and_commit']})",
+        ),
+        _row("inbox rows (order-status consumer)", figures["inbox_rows"]),
+    ]
+    for phase in publishers.get("phases", []):
+        lines.append(
+            _row(
+                f"publishers at once, {phase['phase']}",
+                f"target {phase['target']}: peak {phase['peak']}, {phase['seconds_at_target_or_more']} of "
+                f"{phase['seconds']} s at the target or more",
+            )
+        )
+    if publishers:
+        lines.append(
+            _row(
+                "publishers: seconds at each count; direct invocations",
+                f"{publishers['seconds_at']}; {publishers['direct_invocations_started']} started, "
+                f"{publishers['direct_invocations_ended']} ended before the checks "
+                f"(errors {publishers['direct_invocation_errors'] or 'none'})",
+            )
+        )
+    if restart:
+        lines.append(
+            _row(
+                "database restart: at order / outage (s)",
+                f"{(restart['at_order'] or 0) + 1} / {restart['outage_seconds']} "
+                f"(down {restart['down_seconds']} s)",
+            )
+        )
+        lines.append(
+            _row(
+                "503 answers: in the outage / 10 s after / all",
+                f"{restart.get('answers_503_during_outage')} of "
+                f"{restart.get('answers_during_outage')} answers / "
+                f"{restart.get('answers_503_within_10s_after')} / {restart['answers_503']}",
+            )
+        )
+    for row in figures["poison_rows"]:
+        owner = "a real order" if row["real_order"] else "a made-up order"
+        lines.append(
+            _row(
+                f"poison row ({row['variant']}, {owner})",
+                f"{row['state']}, parked {row['parked_times']}x; later events of other orders "
+                f"{row['later_events_of_other_orders']}, published {row['of_them_published']} "
+                "(publish lag of those written in the next 10 s: max "
+                f"{row['publish_lag_max_of_those_written_10s_after']} s)",
+            )
+        )
+    for function, kinds in report.get("faults_not_applicable", {}).items():
+        lines.append(_row(f"not injected in {function}", ", ".join(kinds)))
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     summary = report["summary"]
     timings = report["timings"]
     events = report["events"]
     lines = [
-        f"chaos run: seed {report['seed']}, {report['orders_requested']} orders, relay parallelization "
+        f"chaos run: seed {report['seed']}, {report['orders_requested']} orders, "
+        f"order store {report.get('order_store', 'dynamodb')}, relay parallelization "
         f"{report.get('relay_parallelization_factor', 1)} ({report['machine']['cores']} cores, "
         f"load {report['machine']['load_average'][0]:.1f})",
         "",
@@ -42,6 +113,7 @@ def render(report: dict[str, Any]) -> str:
             "puts on the bus (repeats from relay retries)",
             f"{events['bus_deliveries']} ({events['bus_repeats']})",
         ),
+        _row("repeats by source", events.get("bus_repeats_by_source", {})),
         _row("late duplicate deliveries to consumers", events["duplicates_delivered_to_consumers"]),
         "faults injected",
         *(_row(kind, count) for kind, count in report["faults"].items()),
@@ -53,7 +125,11 @@ def render(report: dict[str, Any]) -> str:
         *(_row(name, count) for name, count in report["client"].items()),
         "invariants",
         _row("lost events", summary["lost"]),
+        _row("outbox rows left pending (PostgreSQL)", summary.get("pending_rows", 0)),
         _row("phantom events", summary["phantom"]),
+        _row(
+            "aggregates whose events reached the bus out of order", summary.get("published_out_of_order", 0)
+        ),
         _row("duplicate effects", summary["duplicate_effects"]),
         _row("stock mismatches", summary["stock_mismatches"]),
         _row(
@@ -74,6 +150,7 @@ def render(report: dict[str, Any]) -> str:
         ),
         _row("relay DLQ (must stay empty)", summary["relay_dlq"]),
         _row("consumer DLQs", summary["consumer_dlqs"]),
+        *_postgres(report),
     ]
     for name, check in report["invariants"].items():
         mark = "ok  " if check["ok"] else "FAIL"

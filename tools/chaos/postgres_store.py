@@ -1,0 +1,196 @@
+"""The order store's evidence in PostgreSQL (OrderStore=postgres), and the harness's hands on it.
+
+PostgresOrderStore reads what the checks need (tools/chaos/check.py, OrderStore) from the stack's order
+database: orders and their lines, request keys, outbox rows with their publishing state (published_at,
+parked_at) and the inbox; and it writes poison rows straight into the outbox table (tools/chaos/poison.py
+builds them), as a bad deploy or a hand-made fix could. Inventory stays on DynamoDB (check.collect).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+
+from shop.adapters import keys
+from tools.chaos import poison
+from tools.chaos.check import ORDERS_SIDE, OutboxRecord, Snapshot, envelope_of, postgres_row_key
+from tools.chaos.ledger import Ledger
+from tools.chaos.plan import POISON_OUTBOX_ITEM
+from tools.chaos.poison import PoisonItem
+from tools.local.stack import ORDER_DATABASE, LocalStack
+
+T = TypeVar("T")
+CONNECT_TIMEOUT_SECONDS = 3
+# A write of the harness waits this long for the database to come back (it may be restarting).
+UNAVAILABLE_WAIT_SECONDS = 60.0
+_RETRY_PAUSE_SECONDS = 0.5
+# A poison row of a real order takes a sequence no event of the order will ever reach.
+REAL_ORDER_POISON_SEQUENCE = 1_000_000
+
+_OUTBOX = """
+SELECT position, event_id, aggregate_id, sequence, envelope::text, trace_header, created_at, attempts,
+       published_at, parked_at
+FROM outbox ORDER BY position
+"""
+
+
+def _epoch(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment is not None else None
+
+
+def row_item(
+    position: int,
+    event_id: str,
+    aggregate_id: str,
+    sequence: int,
+    envelope: str,
+    trace_header: str | None,
+    created_at: datetime,
+) -> dict[str, Any]:
+    """An outbox row as the publisher parks it (shop.adapters.postgres.outbox.OutboxRow.as_item), but for
+    `attempts`, which parking itself counts; `createdAt` as epoch seconds (time zones aside)."""
+    return {
+        "store": "postgres",
+        "position": position,
+        "eventId": event_id,
+        "aggregateId": aggregate_id,
+        "sequence": sequence,
+        "envelope": envelope,
+        "traceHeader": trace_header,
+        "createdAt": created_at.timestamp(),
+    }
+
+
+class PostgresOrderStore:
+    """check.OrderStore for OrderStore=postgres: the stack's order database."""
+
+    name = "postgres"
+
+    def __init__(self, stack: LocalStack) -> None:
+        self._outputs = dict(stack.template.application_outputs[ORDER_DATABASE])
+
+    def connect(self) -> psycopg.Connection:
+        outputs = self._outputs
+        return psycopg.connect(
+            host=outputs["Endpoint"],
+            port=int(outputs["Port"]),
+            dbname=outputs["DatabaseName"],
+            user=outputs["MasterUsername"],
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        )
+
+    def when_available(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run `work` on a fresh connection, retried while the database is unavailable (restarting)."""
+        deadline = time.monotonic() + UNAVAILABLE_WAIT_SECONDS
+        while True:
+            try:
+                with self.connect() as connection:
+                    return work(connection)
+            except psycopg.OperationalError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(_RETRY_PAUSE_SECONDS)
+
+    # --- the evidence -----------------------------------------------------------------------------
+    def read(self, snapshot: Snapshot) -> None:
+        self.when_available(lambda connection: self._read(connection, snapshot))
+
+    @staticmethod
+    def _read(connection: psycopg.Connection, snapshot: Snapshot) -> None:
+        lines: dict[str, list[dict[str, Any]]] = {}
+        for order_id, sku, quantity, unit_price in connection.execute(
+            "SELECT order_id, sku, quantity, unit_price FROM order_lines ORDER BY order_id, line_no"
+        ):
+            lines.setdefault(order_id, []).append({"sku": sku, "quantity": quantity, "unitPrice": unit_price})
+        for order_id, customer_id, status, version in connection.execute(
+            "SELECT order_id, customer_id, status, version FROM orders"
+        ):
+            snapshot.orders[order_id] = {
+                "orderId": order_id,
+                "customerId": customer_id,
+                "status": status,
+                "version": version,
+                "lines": lines.get(order_id, []),
+            }
+        for caller, idempotency_key, order_id in connection.execute(
+            "SELECT caller, idempotency_key, order_id FROM request_keys"
+        ):
+            # Named as the DynamoDB store names a request key, so one check reads both stores.
+            request_pk = keys.request_key(caller, idempotency_key)[keys.PK]["S"]
+            snapshot.request_orders.setdefault(request_pk, []).append(order_id)
+        for row in connection.execute(_OUTBOX):
+            position, event_id, aggregate_id, sequence, envelope, trace_header, created_at = row[:7]
+            published_at, parked_at = row[8], row[9]
+            pk, sk = postgres_row_key(aggregate_id, sequence, event_id)
+            state = "published" if published_at else "parked" if parked_at else "pending"
+            snapshot.outbox.append(
+                OutboxRecord(
+                    ORDERS_SIDE,
+                    pk,
+                    sk,
+                    envelope_of(envelope),
+                    state=state,
+                    position=position,
+                    created_at=_epoch(created_at),
+                    marked_at=_epoch(published_at or parked_at),
+                    item=row_item(
+                        position, event_id, aggregate_id, sequence, envelope, trace_header, created_at
+                    ),
+                )
+            )
+        snapshot.inbox.extend(
+            (consumer, event_id)
+            for consumer, event_id in connection.execute("SELECT consumer, event_id FROM inbox")
+        )
+
+    # --- the harness's writes ---------------------------------------------------------------------
+    def latest_order(self) -> str | None:
+        """The order created last (a real order to write a poison row for)."""
+
+        def latest(connection: psycopg.Connection) -> str | None:
+            found = connection.execute(
+                "SELECT order_id FROM orders ORDER BY created_at DESC LIMIT 1"
+            ).fetchone()
+            return str(found[0]) if found else None
+
+        return self.when_available(latest)
+
+    def write_poison_row(
+        self, ledger: Ledger, variant: str, max_event_bytes: int, order_id: str | None = None
+    ) -> PoisonItem:
+        """A poison row in the outbox: of an aggregate that does not exist (sequence 1), or of the real
+        order `order_id` far past any sequence it will reach (so it takes no event's place)."""
+        event_id = str(uuid.uuid4())
+        aggregate = order_id or f"chaos-poison-{uuid.uuid4().hex[:12]}"
+        sequence = REAL_ORDER_POISON_SEQUENCE if order_id else 1
+        envelope = poison.postgres_envelope(variant, event_id, aggregate, sequence, max_event_bytes)
+        pk, sk = postgres_row_key(aggregate, sequence, event_id)
+
+        def insert(connection: psycopg.Connection) -> None:
+            # A retry after a lost answer finds the row there.
+            with contextlib.suppress(psycopg.errors.UniqueViolation):
+                connection.execute(
+                    "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
+                    " VALUES (%s, %s, %s, %s, %s)",
+                    (event_id, aggregate, sequence, "OrderCreated", envelope),
+                )
+
+        self.when_available(insert)
+        ledger.append(
+            POISON_OUTBOX_ITEM,
+            "OutboxPublisherFunction",
+            "INSERT",
+            table=poison.POSTGRES_OUTBOX,
+            event_ids=[event_id],
+            variant=variant,
+            real_order=order_id is not None,
+            envelope_bytes=len(envelope.encode()),
+        )
+        return PoisonItem(poison.POSTGRES_OUTBOX, pk, sk, event_id, variant, real_order=order_id is not None)
