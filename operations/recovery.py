@@ -267,6 +267,14 @@ class OutboxRecovery:
         report = RecoveryReport(source="poison queue", expected=1)
         event_id = str(body.get("eventId"))
         image = body.get("item")
+        if image is None and (body.get("key") or {}).get("store") == "postgres":
+            # Too large for the message, and the order database is out of reach (a private VPC).
+            report.missing.append(
+                f"parked event {event_id} is outbox row {body['key'].get('position')} of the order database, "
+                "too large for a queue message: fix the row there and clear its parked_at, and the polling "
+                "publisher sends it"
+            )
+            return report
         if image is None:  # too large for the message: read it from the table by its key
             table = table_of_stream(str(body.get("streamArn") or ""))
             image = aws.dynamodb().get_item(TableName=table, Key=body["key"], ConsistentRead=True).get("Item")

@@ -459,6 +459,23 @@ def test_a_parked_row_that_still_cannot_be_published_is_named_and_not_published(
     assert bus() == []
 
 
+def test_a_row_too_large_for_a_queue_message_is_parked_by_position_and_named_not_fetched(
+    recovery, poison_queue, bus
+):
+    envelope = outbox_image_of_new_order()["envelope"]["S"]
+    row = OutboxRow(7, "e-7", "o-1", 1, envelope + " " * 300_000, None, T0, 1)
+    body = json.loads(poison_message_body(PoisonRecord("7", "e-7", "too large", row.as_item())))
+
+    assert "item" not in body
+    assert body["key"] == {"store": "postgres", "position": 7, "eventId": "e-7"}
+    report = recovery.redrive_parked(checked_poison_message(body))
+    # The order database is out of the operator's reach: the row is named, nothing is published, and
+    # the report is incomplete (the command keeps the message and exits 1).
+    assert (report.found, report.published, report.complete) == (0, 0, False)
+    assert "outbox row 7 of the order database" in report.missing[0]
+    assert bus() == []
+
+
 def parked_by_key(stream_arn: str, item: dict[str, Any]) -> dict[str, Any]:
     """The poison message of an item too large for a queue message: its key and stream only."""
     record = PoisonRecord(

@@ -43,8 +43,12 @@ def poison_message_body(record: PoisonRecord) -> str:
     if len(text.encode()) <= MAX_MESSAGE_BYTES:
         return text
     del body["item"]
-    body["itemOmitted"] = "larger than one queue message; read it from the table by key before its TTL"
-    body["key"] = {name: record.image.get(name) for name in (keys.PK, keys.SK)}
+    if record.image.get("store") == "postgres":  # a row the polling publisher parked
+        body["itemOmitted"] = "larger than one queue message; the row stays in the order database's outbox"
+        body["key"] = {name: record.image.get(name) for name in ("store", "position", "eventId")}
+    else:
+        body["itemOmitted"] = "larger than one queue message; read it from the table by key before its TTL"
+        body["key"] = {name: record.image.get(name) for name in (keys.PK, keys.SK)}
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
