@@ -205,6 +205,8 @@ def test_a_poison_row_parked_again_is_explained_only_by_a_rollback_between_the_t
     assert dead_letters(ledger=[crash]).figures["poison_parked_again_after_rollback"] == 1
     assert dead_letters(ledger=[crash]).ok
     assert dead_letters(database_outages=[(1002.0, 1002.8)]).ok
+    # The stream relay dying after a PutEvents call redelivers its batch, which parks its poison again.
+    assert dead_letters(ledger=[{**crash, "function": "OutboxRelayFunction"}]).ok
     late_crash = {**crash, "at": 1010.0}  # after both parks: explains neither
     assert any("parked 2 times" in v for v in dead_letters(ledger=[late_crash]).violations)
 

@@ -724,12 +724,13 @@ def _epoch_of(text: object) -> float | None:
 
 
 def _rollbacks(evidence: Evidence) -> list[tuple[float, float]]:
-    """When a publisher's round was rolled back on purpose: its process killed between PutEvents and
-    COMMIT (injected), or the database down."""
+    """When work that had parked poison was undone on purpose: a publisher's or the stream relay's
+    process killed after a PutEvents call (injected: the round rolls back, the stream batch is
+    delivered again), or the database down."""
     crashes = [
         (float(entry["at"]), float(entry["at"]))
         for entry in evidence.ledger
-        if entry["kind"] == RELAY_CRASH_AFTER_PUT and entry["function"] == PUBLISHER
+        if entry["kind"] == RELAY_CRASH_AFTER_PUT
     ]
     return crashes + list(evidence.database_outages)
 
@@ -737,9 +738,9 @@ def _rollbacks(evidence: Evidence) -> list[tuple[float, float]]:
 def _dead_letters(evidence: Evidence) -> Check:
     check = Check(
         "dead_letters_exact",
-        "the poison queue holds each injected poison item once, whole (a PostgreSQL row once more per "
-        "rolled-back round that had parked it), the row marked parked; the relay DLQ nothing; each "
-        "consumer DLQ exactly its malformed messages",
+        "the poison queue holds each injected poison item once, whole (once more per rolled-back round "
+        "or crashed relay invocation that had parked it), a row marked parked; the relay DLQ nothing; "
+        "each consumer DLQ exactly its malformed messages",
     )
     poison = {(p.pk, p.sk): p for p in evidence.poison_items}
     parked: Counter[tuple[str, str]] = Counter()
@@ -814,8 +815,9 @@ def _parked_again(
 ) -> set[tuple[str, str]]:
     """Poison parked more than once: a PostgreSQL row is parked inside the publisher's round, so a round
     rolled back after parking it (its process killed between PutEvents and COMMIT, the database down)
-    leaves it pending and the next round parks it again. Each repeat must follow such a rollback;
-    returns the rows whose repeats all do, and fails the others."""
+    leaves it pending and the next round parks it again; a stream record parked by a relay invocation
+    that then dies is delivered again with its batch and parked again. Each repeat must follow such a
+    rollback; returns the records whose repeats all do, and fails the others."""
     rollbacks = _rollbacks(evidence)
     explained: set[tuple[str, str]] = set()
     for key, count in sorted(parked.items()):
@@ -829,7 +831,7 @@ def _parked_again(
             )
             for earlier, later in itertools.pairwise(times)
         )
-        if poison[key].table == POSTGRES_OUTBOX and rolled_back:
+        if rolled_back:
             explained.add(key)
         else:
             check.fail(f"poison {key[0]} {key[1]} parked {count} times")
