@@ -32,6 +32,9 @@ from tools.local.stack import LocalStack, StackOptions
 from tools.template import ROOT
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
+# Powertools reads the namespace when shop.runtime.observability creates its Metrics, on import (the
+# polling publisher part imports it with this module): the in-process parts' metrics need one.
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Bench")
 
 from shop.adapters import aws
 from shop.adapters.inventory_repository import DynamoInventoryRepository
