@@ -174,7 +174,7 @@ MUTANTS         ?= 'shop.adapters.order_repository.*' 'shop.domain.orders.*' 'sh
                    'shop.adapters.inventory_repository.*' 'shop.domain.inventory.*' \
                    'operations.recovery.*' 'operations.admin.*'
 MUTATION_DIR    := .mutation
-MUTATION_LINKS  := tests tools operations functions events template.yaml pyproject.toml
+MUTATION_LINKS  := tests tools operations functions events nested template.yaml pyproject.toml
 # Survivors allowed per module (module, tab, count): a change that lets one more mutant survive in a
 # module fails the target; lower a count when tests kill more.
 MUTATION_BUDGETS := tests/mutation_budget.tsv
