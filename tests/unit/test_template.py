@@ -749,7 +749,7 @@ def consumer_queues(template: Template) -> set[str]:
 
 
 def test_every_alarm_notifies_the_alarm_topic_and_carries_the_stack_name(template: Template):
-    assert len(alarms(template)) == {"dynamodb": 20, "postgres": 23}[store(template)]
+    assert len(alarms(template)) == {"dynamodb": 20, "postgres": 24}[store(template)]
     for name, props in alarms(template).items():
         # one metric, or metric math whose one returned series is what the threshold applies to
         assert ("MetricName" in props) != ("Metrics" in props), name
@@ -860,6 +860,27 @@ def test_outbox_age_alarms_on_each_publishing_path(template: Template):
     assert read["MetricStat"]["Stat"] == "Maximum"
     assert props["Threshold"] == {"Ref": "RelayIteratorAgeThresholdMs"}
     assert props["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+def test_the_outbox_table_size_alarms_with_postgres(template: Template):
+    # Retention falling behind: the row count the maintenance function reports, above a parameter.
+    on_rows = {
+        name: props for name, props in alarms(template).items() if props.get("MetricName") == "OutboxRows"
+    }
+    if store(template) == "dynamodb":
+        assert on_rows == {}
+        return
+    [props] = on_rows.values()
+    maintenance = template.function("OrderStoreMaintenanceFunction").environment
+    assert template.resolve(props["Namespace"]) == maintenance["POWERTOOLS_METRICS_NAMESPACE"]
+    assert "OutboxRows" in emitted_metrics()
+    [dimension] = props["Dimensions"]
+    assert (dimension["Name"], template.resolve(dimension["Value"])) == (
+        "service",
+        maintenance["POWERTOOLS_SERVICE_NAME"],
+    )
+    assert (props["Statistic"], props["ComparisonOperator"]) == ("Maximum", "GreaterThanThreshold")
+    assert props["Threshold"] == {"Ref": "OutboxRowsThreshold"}
 
 
 def test_api_5xx_rate_alarm_watches_the_apis_stage(template: Template):
