@@ -11,7 +11,10 @@ from pathlib import Path
 
 import psycopg
 
-from shop.adapters.postgres.connection import ConnectionSettings
+from shop.adapters.postgres.connection import ConnectionSettings, Database
+from shop.adapters.postgres.order_repository import PostgresOrderRepository
+from shop.domain.orders import OrderLine, OrderService, PlaceOrder
+from shop.runtime.config import Settings
 
 TABLES = ("inbox", "outbox", "request_keys", "order_lines", "orders")
 
@@ -46,3 +49,14 @@ def connect(settings: ConnectionSettings) -> psycopg.Connection:
 def empty_tables(settings: ConnectionSettings) -> None:
     with connect(settings) as connection:
         connection.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+
+
+def place_orders(database: Database, count: int) -> list[str]:
+    """`count` orders placed through the PostgreSQL repository (each one outbox row, pending)."""
+    settings = Settings.from_env({})
+    service = OrderService(PostgresOrderRepository(database, settings), settings)
+    command = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
+    return [
+        service.place_order(command, idempotency_key=None, correlation_id=f"corr-{n}").order["orderId"]
+        for n in range(count)
+    ]

@@ -10,15 +10,12 @@ from typing import Any
 
 import pytest
 
-from shop.adapters.postgres.connection import ConnectionSettings, Database
-from shop.adapters.postgres.order_repository import PostgresOrderRepository
-from shop.domain.orders import OrderLine, OrderService, PlaceOrder
-from shop.runtime.config import Settings
+from shop.adapters.postgres.connection import ConnectionSettings
 from shop.runtime.polling_publisher import RESERVE_SECONDS
 from tests.conftest import reset_process_state
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
 from tests.support.output import metric_values
-from tests.support.postgres import connect
+from tests.support.postgres import connect, place_orders
 from tools.template import ROOT, FunctionSpec, Template
 
 
@@ -47,16 +44,6 @@ def order_store_env(
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     reset_process_state()
-
-
-def place_orders(database: Database, count: int) -> list[str]:
-    settings = Settings.from_env({})
-    service = OrderService(PostgresOrderRepository(database, settings), settings)
-    command = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
-    return [
-        service.place_order(command, idempotency_key=None, correlation_id="c").order["orderId"]
-        for _ in range(count)
-    ]
 
 
 def pending_count(settings: ConnectionSettings) -> int:

@@ -16,23 +16,12 @@ import pytest
 
 from operations.admin import main as outbox_admin
 from shop.adapters.postgres.connection import ConnectionSettings, Database
-from shop.adapters.postgres.order_repository import PostgresOrderRepository
-from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from shop.runtime.order_store_replay import ReplayRequestError, replay_order_store
-from tests.support.postgres import connect
+from tests.support.postgres import connect, place_orders
 
 SETTINGS = Settings.from_env({})
 NO_TIME_LEFT = lambda: 0.0  # noqa: E731 (the invocation ends at once: nothing is waited for)
-
-
-def place(database: Database, count: int) -> list[str]:
-    service = OrderService(PostgresOrderRepository(database, SETTINGS), SETTINGS)
-    command = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
-    return [
-        service.place_order(command, idempotency_key=None, correlation_id=f"c-{n}").order["orderId"]
-        for n in range(count)
-    ]
 
 
 def rows(settings: ConnectionSettings) -> dict[str, tuple[str, bool]]:
@@ -54,7 +43,7 @@ def set_rows(settings: ConnectionSettings, sql: str, order_ids: list[str]) -> No
 def outbox(order_database: ConnectionSettings, database: Database) -> dict[str, list[str]]:
     """Five orders' events: two published in the window, one published long ago (past the republish
     window), one parked, one still pending."""
-    recent_a, recent_b, old, parked, pending = place(database, 5)
+    recent_a, recent_b, old, parked, pending = place_orders(database, 5)
     set_rows(order_database, "published_at = clock_timestamp()", [recent_a, recent_b, old])
     set_rows(order_database, "created_at = created_at - interval '40 days'", [old])
     set_rows(order_database, "parked_at = clock_timestamp()", [parked])

@@ -22,7 +22,7 @@ from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.adapters.postgres.outbox import claim_pending, mark_published
 from shop.domain.errors import ServiceBusy
-from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
+from shop.domain.orders import OrderService, OrderStatus
 from shop.domain.poison import PoisonRecord
 from shop.runtime.config import Settings
 from shop.runtime.polling_publisher import (
@@ -31,7 +31,7 @@ from shop.runtime.polling_publisher import (
     poll_outbox,
     publish_pending_round,
 )
-from tests.support.postgres import connect
+from tests.support.postgres import connect, place_orders
 
 SETTINGS = Settings.from_env({})
 
@@ -119,15 +119,6 @@ def run_round(database: Database, sink: ListSink | None = None, max_orders: int 
         max_event_bytes=SETTINGS.max_event_bytes,
         max_orders=max_orders,
     )
-
-
-def place_orders(database: Database, count: int) -> list[str]:
-    service = OrderService(PostgresOrderRepository(database, SETTINGS), SETTINGS)
-    command = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
-    return [
-        service.place_order(command, idempotency_key=None, correlation_id=f"corr-{n}").order["orderId"]
-        for n in range(count)
-    ]
 
 
 def advance(database: Database, order_ids: Iterable[str]) -> None:

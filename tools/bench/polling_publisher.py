@@ -133,9 +133,7 @@ def _throughput(database: Database, service: OrderService, orders: int) -> dict[
     }
 
 
-def _lag(
-    database: Database, service: OrderService, settings: ConnectionSettings, rate: float, seconds: float
-) -> dict[str, Any]:
+def _lag(service: OrderService, settings: ConnectionSettings, rate: float, seconds: float) -> dict[str, Any]:
     """created_at → published_at while orders arrive at `rate` and one publisher polls."""
     stop = threading.Event()
     publisher = EventPublisher(BUS, SETTINGS.max_event_bytes)
@@ -210,7 +208,7 @@ def run(moto_url: str, data_dir: Path, orders: int, lag_rate: float, lag_seconds
         service = OrderService(PostgresOrderRepository(database, SETTINGS), SETTINGS)
         results = {
             "throughput": _throughput(database, service, orders),
-            "lag": _lag(database, service, settings, lag_rate, lag_seconds),
+            "lag": _lag(service, settings, lag_rate, lag_seconds),
         }
         database.close()
         return results
