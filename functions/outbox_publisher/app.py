@@ -1,8 +1,11 @@
-"""Outbox publisher (OrderStore=postgres): polls the order database's outbox and publishes to the bus.
+"""Outbox publisher (OrderStore=postgres): from the order database's outbox to the bus.
 
-Started by EventBridge Scheduler every minute; each invocation keeps polling until its last seconds
-(shop.runtime.polling_publisher), so the publish lag stays under a second. Two invocations overlapping
-share the work without reordering an order's events (claims are per order, FOR UPDATE SKIP LOCKED).
+PostgresRelay=polling reads the outbox table (shop.runtime.polling_publisher): two invocations
+overlapping share the work without reordering an order's events (claims are per order, FOR UPDATE SKIP
+LOCKED). PostgresRelay=logical reads the outbox's inserts from the write-ahead log through a replication
+slot (shop.runtime.logical_relay): one invocation at a time holds the slot, the next waits its turn.
+Started by EventBridge Scheduler every minute; each invocation keeps reading until its last seconds,
+so the publish lag stays under a second.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.poison_queue import PoisonQueue
+from shop.adapters.postgres.replication import slot_name
 from shop.runtime import invocation
 from shop.runtime.config import get_settings
+from shop.runtime.logical_relay import relay_slot_round
 from shop.runtime.observability import logger, metrics, tracer
 from shop.runtime.outbox_publishing import log_published
 from shop.runtime.polling_publisher import RoundOutcome, poll_outbox, publish_pending_round
@@ -36,13 +41,23 @@ def poison_queue() -> PoisonQueue:
 
 def publish_round() -> RoundOutcome:
     settings = get_settings()
-    outcome = publish_pending_round(
-        order_database(settings),
-        event_publisher(),
-        poison_queue(),
-        max_event_bytes=settings.max_event_bytes,
-        remaining_seconds=invocation.seconds_left,
-    )
+    if settings.postgres_relay == "logical":
+        outcome = relay_slot_round(
+            order_database(settings),
+            event_publisher(),
+            poison_queue(),
+            slot=slot_name(settings.database_name),
+            max_event_bytes=settings.max_event_bytes,
+            remaining_seconds=invocation.seconds_left,
+        )
+    else:
+        outcome = publish_pending_round(
+            order_database(settings),
+            event_publisher(),
+            poison_queue(),
+            max_event_bytes=settings.max_event_bytes,
+            remaining_seconds=invocation.seconds_left,
+        )
     log_published(entry for _, entry in outcome.published)
     return outcome
 

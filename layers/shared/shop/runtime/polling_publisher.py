@@ -72,6 +72,65 @@ def _poison(row: OutboxRow, exc: InvalidEnvelope) -> PoisonRecord:
     )
 
 
+def publish_rows(
+    rows: list[OutboxRow],
+    publisher: OutboxPublisher,
+    poison_sink: PoisonSink,
+    *,
+    max_event_bytes: int,
+    remaining_seconds: Callable[[], float],
+    on_parked: Callable[[OutboxRow, str], None],
+) -> tuple[RoundOutcome, tuple[OutboxRow, str] | None]:
+    """Publish rows given in publishing order (each order's events in sequence), parking poison whole;
+    shared by the polling publisher and the logical relay. Returns the outcome and, when publishing
+    stopped at a failure, the row it stopped at with the error (it and its order's later rows are not
+    on the bus; other orders' rows after it may be)."""
+    outcome = RoundOutcome(claimed=len(rows))
+    held_back: set[str] = set()  # orders whose earlier event could not be parked
+    batch: list[tuple[OutboxRow, OutboxEntry]] = []
+    for row in rows:
+        if row.aggregate_id in held_back:
+            continue
+        try:
+            batch.append((row, outbox_entry(row.envelope, max_event_bytes, row.trace_header)))
+            continue
+        except InvalidEnvelope as exc:
+            record = _poison(row, exc)
+        if park_poison(record, poison_sink):
+            on_parked(row, record.reason)
+            outcome.parked.append(record)
+        else:
+            held_back.add(row.aggregate_id)
+
+    def park_rejected(position: int, code: str, message: str) -> bool:
+        row = batch[position][0]
+        refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
+        record = _poison(row, refused)
+        if not park_poison(record, poison_sink):
+            return False
+        on_parked(row, record.reason)
+        outcome.parked.append(record)
+        return True
+
+    result = publisher.publish_in_order([entry for _, entry in batch], remaining_seconds, park_rejected)
+    outcome.put_events_calls = result.calls
+    outcome.failures_by_code = dict(result.failures_by_code)
+    outcome.published = [batch[position] for position in sorted(result.accepted_positions)]
+    if result.first_unpublished is None:
+        return outcome, None
+    failed_row, failed_entry = batch[result.first_unpublished]
+    error = ", ".join(f"{code} x{count}" for code, count in result.failures_by_code.items())
+    logger.warning(
+        "publish failed; the event and its order's later events wait, in order",
+        extra={
+            "event_id": failed_entry.event_id,
+            "correlation_id": failed_entry.correlation_id,
+            "failures_by_code": result.failures_by_code,
+        },
+    )
+    return outcome, (failed_row, error or "not published")
+
+
 def publish_pending_round(
     database: Database,
     publisher: OutboxPublisher,
@@ -82,54 +141,19 @@ def publish_pending_round(
     remaining_seconds: Callable[[], float] = lambda: 60.0,
 ) -> RoundOutcome:
     """Claim, publish and mark one round of pending events, in one transaction."""
-    outcome = RoundOutcome()
     with database.transaction() as cursor:
         rows = claim_pending(cursor, max_orders)
-        outcome.claimed = len(rows)
-        held_back: set[str] = set()  # orders whose earlier event could not be parked
-        batch: list[tuple[OutboxRow, OutboxEntry]] = []
-        for row in rows:
-            if row.aggregate_id in held_back:
-                continue
-            try:
-                batch.append((row, outbox_entry(row.envelope, max_event_bytes, row.trace_header)))
-                continue
-            except InvalidEnvelope as exc:
-                record = _poison(row, exc)
-            if park_poison(record, poison_sink):
-                mark_parked(cursor, row.position, record.reason)
-                outcome.parked.append(record)
-            else:
-                held_back.add(row.aggregate_id)
-
-        def park_rejected(position: int, code: str, message: str) -> bool:
-            row = batch[position][0]
-            refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
-            record = _poison(row, refused)
-            if not park_poison(record, poison_sink):
-                return False
-            mark_parked(cursor, row.position, record.reason)
-            outcome.parked.append(record)
-            return True
-
-        result = publisher.publish_in_order([entry for _, entry in batch], remaining_seconds, park_rejected)
-        outcome.put_events_calls = result.calls
-        outcome.failures_by_code = dict(result.failures_by_code)
-        accepted = sorted(result.accepted_positions)
-        outcome.published = [batch[position] for position in accepted]
-        mark_published(cursor, [batch[position][0].position for position in accepted])
-        if result.first_unpublished is not None:
-            failed_row, failed_entry = batch[result.first_unpublished]
-            error = ", ".join(f"{code} x{count}" for code, count in result.failures_by_code.items())
-            mark_failed(cursor, [failed_row.position], error or "not published")
-            logger.warning(
-                "publish failed; the event and those after it stay pending",
-                extra={
-                    "event_id": failed_entry.event_id,
-                    "correlation_id": failed_entry.correlation_id,
-                    "failures_by_code": result.failures_by_code,
-                },
-            )
+        outcome, failed = publish_rows(
+            rows,
+            publisher,
+            poison_sink,
+            max_event_bytes=max_event_bytes,
+            remaining_seconds=remaining_seconds,
+            on_parked=lambda row, reason: mark_parked(cursor, row.position, reason),
+        )
+        mark_published(cursor, [row.position for row, _ in outcome.published])
+        if failed is not None:
+            mark_failed(cursor, [failed[0].position], failed[1])
     return outcome
 
 

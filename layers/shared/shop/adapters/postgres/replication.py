@@ -1,0 +1,206 @@
+"""The outbox read from the write-ahead log (PostgresRelay=logical): a publication of the outbox's inserts,
+a logical replication slot decoding it with the built-in `pgoutput` plugin, and the SQL functions that
+read the slot (peek) and move it (advance).
+
+Why the SQL interface and not the streaming replication protocol: psycopg 3 does not speak the
+replication protocol, and a Lambda function that runs for a minute gains little from a push stream;
+peeking costs one query per round. The slot is the relay's only bookmark: it moves (advance) only to
+the end of a transaction whose every event is on the bus or parked, so a crash anywhere before that
+decodes the same transactions again (at least once, in commit order), and one after it never loses one.
+
+A slot belongs to the whole server (cluster), not one database: its name carries the database's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from shop.adapters.postgres.outbox import OutboxRow
+from shop.adapters.postgres.pgoutput import (
+    Begin,
+    Commit,
+    DecodingError,
+    Insert,
+    Relation,
+    decode_message,
+    lsn_text,
+    parse_lsn,
+)
+
+PUBLICATION = "outbox_inserts"
+OUTBOX_TABLE = ("public", "outbox")
+# The relay's advisory lock: one reader per slot (a slot serves one session at a time anyway; the lock
+# makes a second relay wait its turn instead of failing with "slot is active").
+_LOCK_CLASS = 0x0B0C
+
+
+def slot_name(database_name: str) -> str:
+    """The outbox slot of one database (slot names: lower-case letters, digits and _, 63 at most)."""
+    return ("outbox_" + re.sub(r"[^a-z0-9_]", "_", database_name.lower()))[:63]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedTransaction:
+    """One committed transaction's outbox rows, in the order they were written."""
+
+    end_lsn: int  # confirm this and the transaction is never decoded again
+    commit_time: datetime
+    rows: list[OutboxRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotChanges:
+    transactions: list[DecodedTransaction]
+    # Where the slot may move once every transaction above is handled: the end of the last one when the
+    # read stopped at its change limit, else the flush position the read went up to (transactions
+    # without outbox rows send nothing, yet their WAL must be released too).
+    read_to_lsn: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotHealth:
+    exists: bool
+    retained_bytes: int  # WAL kept for the slot (from its restart position)
+    lag_bytes: int  # WAL written since the slot's confirmed position
+    wal_status: str  # reserved / extended / unreserved / lost (lost: the slot can no longer be read)
+
+
+def ensure_publication_and_slot(connection: psycopg.Connection, slot: str) -> bool:
+    """Create the publication and the slot when missing (autocommit connection: a slot cannot be created
+    in a transaction that wrote). True when the slot was created now."""
+    if (
+        connection.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)).fetchone()
+        is None
+    ):
+        connection.execute(
+            f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {'.'.join(OUTBOX_TABLE)} WITH (publish = 'insert')"
+        )
+    if slot_exists(connection, slot):
+        return False
+    connection.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    return True
+
+
+def drop_publication_and_slot(connection: psycopg.Connection, slot: str) -> bool:
+    """Drop the slot (so it stops holding WAL) and the publication; True when a slot was dropped."""
+    dropped = slot_exists(connection, slot)
+    if dropped:
+        connection.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    connection.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}")
+    return dropped
+
+
+def slot_exists(connection: psycopg.Connection | psycopg.Cursor[Any], slot: str) -> bool:
+    found = connection.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    return found.fetchone() is not None
+
+
+def try_lock_slot(cursor: psycopg.Cursor[Any], slot: str) -> bool:
+    """Take the slot's advisory lock for this transaction; False when another relay holds it."""
+    cursor.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, slot))
+    found = cursor.fetchone()
+    return bool(found and found[0])
+
+
+def lock_slot(cursor: psycopg.Cursor[Any], slot: str) -> None:
+    """Wait for the slot's advisory lock (handover: the relay finishes its round first)."""
+    cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, slot))
+
+
+_PEEK = """
+SELECT lsn::text, data
+FROM pg_logical_slot_peek_binary_changes(
+    %s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)
+"""
+
+
+def peek_changes(cursor: psycopg.Cursor[Any], slot: str, max_changes: int) -> SlotChanges:
+    """Decode the slot's next transactions, up to about `max_changes` rows (whole transactions), without
+    moving it. Raises DecodingError on bytes that are not pgoutput v1 (a server or protocol change)."""
+    cursor.execute("SELECT pg_current_wal_flush_lsn()::text")
+    found = cursor.fetchone()
+    assert found is not None
+    upto = parse_lsn(found[0])
+    cursor.execute(_PEEK, (slot, lsn_text(upto), max_changes, PUBLICATION))
+    messages = cursor.fetchall()
+    transactions = list(_transactions(bytes(data) for _, data in messages))
+    if len(messages) >= max_changes and transactions:
+        return SlotChanges(transactions, transactions[-1].end_lsn)  # stopped at the limit: more to come
+    return SlotChanges(transactions, upto)
+
+
+def _transactions(messages: Iterator[bytes]) -> Iterator[DecodedTransaction]:
+    columns: dict[int, tuple[str, ...]] = {}
+    begin: Begin | None = None
+    rows: list[OutboxRow] = []
+    for data in messages:
+        message = decode_message(data)
+        if isinstance(message, Relation):
+            if (message.namespace, message.name) == OUTBOX_TABLE:
+                columns[message.relation_id] = message.columns
+        elif isinstance(message, Begin):
+            begin, rows = message, []
+        elif isinstance(message, Insert):
+            if message.relation_id not in columns:
+                raise DecodingError(f"insert into relation {message.relation_id} before its Relation message")
+            rows.append(_outbox_row(dict(zip(columns[message.relation_id], message.values, strict=True))))
+        elif isinstance(message, Commit):
+            if begin is None:
+                raise DecodingError("commit without begin")
+            yield DecodedTransaction(message.end_lsn, message.commit_time, rows)
+            begin = None
+
+
+def _outbox_row(values: dict[str, str | None]) -> OutboxRow:
+    def text(name: str) -> str:
+        value = values.get(name)
+        if value is None:
+            raise DecodingError(f"outbox column {name} missing from the decoded row")
+        return value
+
+    return OutboxRow(
+        position=int(text("position")),
+        event_id=text("event_id"),
+        aggregate_id=text("aggregate_id"),
+        sequence=int(text("sequence")),
+        envelope=text("envelope"),
+        trace_header=values.get("trace_header"),
+        # Text in the reading session's DateStyle (ISO, the default: 2026-11-25 13:11:00.518158+00).
+        created_at=datetime.fromisoformat(text("created_at")),
+        attempts=int(values.get("attempts") or 0),
+    )
+
+
+def advance_slot(cursor: psycopg.Cursor[Any], slot: str, lsn: int) -> bool:
+    """Confirm the slot up to `lsn`; False (and no change) when it is already there or further."""
+    cursor.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    found = cursor.fetchone()
+    if found is None:
+        raise LookupError(f"replication slot {slot} does not exist")
+    if found[0] is not None and parse_lsn(found[0]) >= lsn:
+        return False
+    cursor.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, lsn_text(lsn)))
+    return True
+
+
+_HEALTH = """
+SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
+       coalesce(wal_status, 'unknown')
+FROM pg_replication_slots WHERE slot_name = %s
+"""
+
+
+def slot_health(cursor: psycopg.Cursor[Any], slot: str) -> SlotHealth:
+    cursor.execute(_HEALTH, (slot,))
+    found = cursor.fetchone()
+    if found is None:
+        return SlotHealth(False, 0, 0, "missing")
+    retained, lag, status = found
+    return SlotHealth(True, int(retained or 0), int(lag or 0), str(status))
