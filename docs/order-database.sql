@@ -101,6 +101,19 @@ ALTER TABLE public.outbox ALTER COLUMN "position" ADD GENERATED ALWAYS AS IDENTI
 
 
 --
+-- Name: outbox_relay; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox_relay (
+    singleton boolean DEFAULT true NOT NULL,
+    mode text NOT NULL,
+    changed_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT outbox_relay_mode_check CHECK ((mode = ANY (ARRAY['polling'::text, 'logical'::text]))),
+    CONSTRAINT outbox_relay_singleton_check CHECK (singleton)
+);
+
+
+--
 -- Name: request_keys; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -160,6 +173,14 @@ ALTER TABLE ONLY public.outbox
 
 ALTER TABLE ONLY public.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY ("position");
+
+
+--
+-- Name: outbox_relay outbox_relay_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_relay
+    ADD CONSTRAINT outbox_relay_pkey PRIMARY KEY (singleton);
 
 
 --

@@ -157,12 +157,22 @@ def postgres_stack(
     yield from local_stacks.postgres_stack_session(local_services, tmp_path_factory.mktemp("postgres-stack"))
 
 
-@pytest.fixture(params=["dynamodb", "postgres"])
+@pytest.fixture(scope="session")
+def logical_stack(
+    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    from tests import local_stacks
+
+    yield from local_stacks.logical_stack_session(local_services, tmp_path_factory.mktemp("logical-stack"))
+
+
+SAGA_STACKS = {"dynamodb": "local_stack", "postgres": "postgres_stack", "postgres-logical": "logical_stack"}
+
+
+@pytest.fixture(params=list(SAGA_STACKS))
 def saga_stack(request: pytest.FixtureRequest) -> LocalStack:
-    """The local stack of each order store (the saga's tests run on both)."""
-    stack: LocalStack = request.getfixturevalue(
-        "local_stack" if request.param == "dynamodb" else "postgres_stack"
-    )
+    """The local stack of each order store and relay (the saga's tests run on all three)."""
+    stack: LocalStack = request.getfixturevalue(SAGA_STACKS[request.param])
     return stack
 
 

@@ -78,6 +78,17 @@ def postgres_stack_session(services: LocalServices, data_dir: Path) -> Iterator[
     stop_stack(stack)
 
 
+def logical_stack_session(services: LocalServices, data_dir: Path) -> Iterator[LocalStack]:
+    """`logical_stack`: OrderStore=postgres with PostgresRelay=logical, as `make local ORDER_STORE=postgres
+    POSTGRES_RELAY=logical` runs it (the publisher reads the outbox's inserts from a replication slot)."""
+    template = Template.load(
+        parameters={"OrderStore": "postgres", "PostgresRelay": "logical"}, stack_name="pgl"
+    )
+    stack = start_stack(template, StackOptions(api_port=0, data_dir=data_dir), services)
+    yield stack
+    stop_stack(stack)
+
+
 def probe_stack_session(services: LocalServices, data_dir: Path) -> Iterator[LocalStack]:
     """`probe_stack`: template.yaml plus the probe resources, only the probe functions started."""
     options = StackOptions(api_port=0, data_dir=data_dir, seed_file=None, only_functions=PROBE_FUNCTIONS)

@@ -46,14 +46,17 @@ def _delivered(stack: LocalStack, order_id: str) -> list[dict[str, Any]]:
 
 def test_the_schema_is_migrated_by_its_custom_resource_at_start(postgres_stack: LocalStack) -> None:
     applied = postgres_stack.report.custom_resources["OrderDatabaseSchema"]["Applied"].split(",")
-    # The migration function answered CloudFormation with the ids of what it applied.
-    assert applied == ["0001.order-store"]
+    # The migration function answered CloudFormation with the ids of what it applied, every one.
+    from shop.adapters.postgres.schema import MIGRATIONS
+
+    assert applied == sorted(path.stem for path in MIGRATIONS.glob("*.sql"))
+    assert postgres_stack.report.custom_resources["OrderDatabaseSchema"]["Relay"] == "polling"
     with postgres_stack.order_database.connect() as connection:
         tables = {
             row[0]
             for row in connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
         }
-    assert {"orders", "order_lines", "request_keys", "outbox", "inbox"} <= tables
+    assert {"orders", "order_lines", "request_keys", "outbox", "inbox", "outbox_relay"} <= tables
 
 
 def test_each_outbox_row_is_published_once_and_marked(postgres_stack: LocalStack) -> None:
@@ -104,3 +107,41 @@ def test_the_order_status_consumer_records_its_cause_in_the_inbox(postgres_stack
     with postgres_stack.order_database.connect() as connection:
         recorded = connection.execute("SELECT consumer FROM inbox WHERE event_id = %s", (cause,)).fetchall()
     assert recorded == [("order-status",)]
+
+
+def test_the_logical_relay_publishes_from_the_slot_the_migration_created(logical_stack: LocalStack) -> None:
+    """PostgresRelay=logical: the migration's custom resource created the publication and the slot; an
+    order's events reach the consumers in sequence; the slot moves past them; no row is marked."""
+    from shop.adapters.postgres.replication import PUBLICATION, slot_name
+
+    assert logical_stack.report.custom_resources["OrderDatabaseSchema"]["Relay"] == "logical"
+    order_id = _place_unstocked(logical_stack)
+
+    def rejected() -> list[dict[str, Any]] | None:
+        events = _delivered(logical_stack, order_id)
+        return events if any(e["type"].endswith("OrderRejected") for e in events) else None
+
+    logical_stack.wait_for(rejected, SECONDS, f"order {order_id} rejected")
+    delivered = [
+        (e["sequence"], e["type"])
+        for e in _delivered(logical_stack, order_id)
+        if e["source"] == "shop.orders"
+    ]
+    assert sorted(set(delivered)) == [(1, "OrderCreated"), (2, "OrderRejected")]
+    assert delivered.index((1, "OrderCreated")) < delivered.index((2, "OrderRejected"))
+    database = logical_stack.order_database
+    with database.connect() as connection:
+        slot = slot_name(database.name)
+        assert connection.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)
+        ).fetchone()
+        held = connection.execute(
+            "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1',"
+            " 'publication_names', %s) WHERE get_byte(data, 0) = ascii('I')",
+            (slot, PUBLICATION),
+        ).fetchone()
+        marked = connection.execute(
+            "SELECT count(*) FROM outbox WHERE aggregate_id = %s AND published_at IS NOT NULL", (order_id,)
+        ).fetchone()
+    assert held == (0,)  # every insert confirmed: the slot holds nothing of this order any more
+    assert marked == (0,)  # the slot is the bookmark: rows are not updated

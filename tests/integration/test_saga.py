@@ -1,6 +1,6 @@
 """The order saga end to end through the local stack: HTTP API, real DynamoDB Local streams, the relay,
 the bus, the queues and the three consumers, exactly as `make local` runs them; each test on both order
-stores (saga_stack: OrderStore=dynamodb, and postgres with the scheduled outbox publisher)."""
+stores (saga_stack: OrderStore=dynamodb, and postgres with the polling or the logical outbox relay)."""
 
 from __future__ import annotations
 

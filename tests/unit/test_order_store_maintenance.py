@@ -9,6 +9,7 @@ from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.runtime.config import Settings
 from shop.runtime.order_store_maintenance import maintain_order_store
 from tests.support.postgres import connect
+from tests.support.publishing import RecordingBus
 
 SETTINGS = Settings.from_env({"OUTBOX_TTL_DAYS": "16"})
 COMMAND = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
@@ -107,4 +108,54 @@ def test_the_health_figures_count_pending_and_parked_rows_and_age_the_oldest_pen
     assert health is not None
     assert health.pending == 2
     assert health.parked == 1
+    assert health.oldest_pending_seconds is not None
     assert 90 <= health.oldest_pending_seconds < 120
+
+
+def test_with_the_logical_relay_retention_reads_created_at_and_health_reads_the_slot(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """PostgresRelay=logical marks no row: rows leave once written longer ago than the window (the WAL,
+    not the row, is what the slot delivers), the oldest undelivered age is the slot's first commit's,
+    and the WAL the slot keeps is reported."""
+    from shop.adapters.postgres import replication
+    from shop.runtime.logical_relay import relay_slot_round
+    from tests.support.publishing import ListSink, publisher
+
+    settings = Settings.from_env(
+        {"OUTBOX_TTL_DAYS": "16", "POSTGRES_RELAY": "logical", "DATABASE_NAME": "mnt"}
+    )
+    slot = replication.slot_name(settings.database_name)
+    with connect(order_database) as connection:
+        replication.drop_publication_and_slot(connection, slot)
+        replication.ensure_publication_and_slot(connection, slot)
+    try:
+        old, _recent = place(database, 2)
+        with connect(order_database) as connection:
+            connection.execute(
+                "UPDATE outbox SET created_at = created_at - interval '17 days' WHERE aggregate_id = %s",
+                (old,),
+            )
+
+        waiting = maintain_order_store(database, settings, lambda: 60.0)
+
+        assert waiting.outbox_rows_deleted == 2  # the old order's two rows, though never marked
+        assert waiting.health is not None
+        assert waiting.health.pending is None
+        assert waiting.health.oldest_pending_seconds is not None
+        assert waiting.health.oldest_pending_seconds > 0  # the slot holds all four commits still
+        assert waiting.slot is not None
+        assert waiting.slot.retained_bytes > 0
+        while relay_slot_round(
+            database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
+        ).claimed:
+            pass
+
+        caught_up = maintain_order_store(database, settings, lambda: 60.0)
+
+        assert caught_up.health is not None
+        assert caught_up.health.oldest_pending_seconds == 0.0
+        assert len(recording_bus.accepted) == 4  # the deleted rows went out all the same
+    finally:
+        with connect(order_database) as connection:
+            replication.drop_publication_and_slot(connection, slot)

@@ -199,3 +199,54 @@ def test_the_command_reports_a_refused_request_or_a_failed_function(lambda_stub:
 
     lambda_stub({"errorMessage": "boom"}, function_error=True)
     assert outbox_admin(["replay", "--order-store-function", "f", "--event-id", "e1"]) == 1
+
+
+def test_with_the_logical_relay_a_replay_goes_through_the_slot_and_completes_once_it_is_past(
+    order_database: ConnectionSettings, database: Database, recording_bus: Any
+):
+    """PostgresRelay=logical: rows carry no publishing state; the replay names them in a message in the log,
+    the relay republishes them from there, and the replay is complete when the slot is past it."""
+    from shop.adapters.postgres import replication
+    from shop.runtime.logical_relay import relay_slot_round
+    from tests.support.publishing import ListSink, publisher
+
+    settings = Settings.from_env({"POSTGRES_RELAY": "logical", "DATABASE_NAME": "replay_tests"})
+    slot = replication.slot_name(settings.database_name)
+    with connect(order_database) as connection:
+        replication.drop_publication_and_slot(connection, slot)
+        replication.ensure_publication_and_slot(connection, slot)
+    relay_database = Database(order_database)
+    try:
+        orders = place_orders(database, 3)
+
+        def relay_until_idle() -> None:
+            while relay_slot_round(
+                relay_database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
+            ).claimed:
+                pass
+
+        relay_until_idle()
+        assert len(recording_bus.accepted) == 3
+        replayed = rows(order_database)[orders[1]][0]
+        stop = threading.Event()
+
+        def relay_until_stopped() -> None:
+            while not stop.is_set():
+                relay_until_idle()
+
+        relay = threading.Thread(target=relay_until_stopped)
+        relay.start()
+        try:
+            report = replay_order_store(database, settings, {"eventIds": [replayed]}, lambda: 30.0)
+        finally:
+            stop.set()
+            relay.join()
+
+        assert report.selection.reset == [replayed]
+        assert report.complete is True
+        assert [event_id for _, _, event_id in recording_bus.accepted].count(replayed) == 2
+        assert rows(order_database)[orders[1]][1] is False  # no row was updated
+    finally:
+        relay_database.close()
+        with connect(order_database) as connection:
+            replication.drop_publication_and_slot(connection, slot)

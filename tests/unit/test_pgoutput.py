@@ -14,6 +14,7 @@ from shop.adapters.postgres.pgoutput import (
     Commit,
     DecodingError,
     Insert,
+    LogicalMessage,
     Relation,
     Skipped,
     decode_message,
@@ -82,7 +83,15 @@ def test_insert_gives_text_values_and_none_for_null() -> None:
     assert decoded == Insert(16385, ("7", '{"id": "é"}', None))
 
 
-@pytest.mark.parametrize("kind", list("OYUDTM"))
+def test_a_logical_decoding_message_carries_its_prefix_and_content() -> None:
+    # Byte1('M'), Int8 flags (1: transactional), Int64 LSN, String prefix, Int32 length, Byte_n content
+    message = (
+        b"M" + struct.pack("!bq", 1, 0x172C700) + string("outbox.replay") + struct.pack("!i", 5) + b"[1,2]"
+    )
+    assert decode_message(message) == LogicalMessage(True, 0x172C700, "outbox.replay", b"[1,2]")
+
+
+@pytest.mark.parametrize("kind", list("OYUDT"))
 def test_messages_the_relay_does_not_use_are_skipped_not_misread(kind: str) -> None:
     assert decode_message(kind.encode() + b"\x00\x00\x00\x01anything") == Skipped(kind)
 

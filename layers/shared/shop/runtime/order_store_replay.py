@@ -1,5 +1,7 @@
 """Replay for the PostgreSQL order store: make published outbox rows pending again, so the polling
-publisher republishes them in per-order sequence, then wait until it has.
+publisher republishes them in per-order sequence, then wait until it has. With the logical relay, name
+the rows in a replay message written to the log (pg_logical_emit_message): the relay publishes them
+where the message sits, in commit order, and replay waits until the slot has moved past it.
 
 The database lives in a private VPC, out of an operator's reach: `python -m operations replay` invokes
 the maintenance function with {"replay": {...}} and prints what this returns. The same honesty rules as
@@ -19,6 +21,7 @@ from typing import Any
 
 from shop.adapters.postgres.connection import Database
 from shop.adapters.postgres.outbox import ReplaySelection, reset_for_replay
+from shop.adapters.postgres.replication import confirmed_lsn, emit_replay, flush_lsn, slot_name
 from shop.domain.envelope import now as utc_now
 from shop.domain.envelope import parse_time
 from shop.runtime.config import Settings
@@ -84,8 +87,11 @@ def replay_order_store(
     chosen = _selection(request)
     include_expired = request.get("includeExpired") is True
     horizon = None if include_expired else now() - timedelta(days=settings.outbox_ttl_days)
+    logical = settings.postgres_relay == "logical"
     with database.transaction() as cursor:
-        selection = reset_for_replay(cursor, horizon=horizon, **chosen)
+        selection, positions = reset_for_replay(cursor, horizon=horizon, logical_relay=logical, **chosen)
+        if logical:
+            emit_replay(cursor, positions)
     report = ReplayReport(selection)
     if selection.expired:
         report.messages.append(
@@ -99,7 +105,9 @@ def replay_order_store(
     if selection.missing:
         report.messages.append(f"{len(selection.missing)} event ids are not in the outbox")
     waiting = list(selection.reset)
-    while waiting and seconds_left() > RESERVE_SECONDS:
+    if logical:
+        waiting = _wait_for_slot(database, slot_name(settings.database_name), waiting, seconds_left, sleep)
+    while waiting and not logical and seconds_left() > RESERVE_SECONDS:
         with database.transaction() as cursor:
             cursor.execute(
                 "SELECT event_id FROM outbox WHERE event_id = ANY(%s) AND published_at IS NULL", (waiting,)
@@ -115,3 +123,24 @@ def replay_order_store(
             "the publisher will send them; check the OutboxPendingAge alarm"
         )
     return report
+
+
+def _wait_for_slot(
+    database: Database,
+    slot: str,
+    waiting: list[str],
+    seconds_left: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> list[str]:
+    """The replay message committed before the log's flush position read now: once the slot has been
+    confirmed past it, the relay has put every named row on the bus (or parked it)."""
+    if not waiting:
+        return waiting
+    with database.transaction() as cursor:
+        target = flush_lsn(cursor)
+    while seconds_left() > RESERVE_SECONDS:
+        with database.transaction() as cursor:
+            if confirmed_lsn(cursor, slot) >= target:
+                return []
+        sleep(POLL_SECONDS)
+    return waiting

@@ -43,6 +43,22 @@ class ConnectionSettings:
     password: Callable[[bool], str | None]
 
 
+def open_connection(settings: ConnectionSettings, *, refresh_password: bool = False) -> psycopg.Connection:
+    """One autocommit connection (transactions are explicit: Database.transaction())."""
+    return psycopg.connect(
+        host=settings.host,
+        port=settings.port,
+        dbname=settings.dbname,
+        user=settings.user,
+        password=settings.password(refresh_password),
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+        application_name="serverless-outbox",
+        sslmode=sslmode(settings.host),
+        autocommit=True,
+    )
+
+
 class Database:
     def __init__(self, settings: ConnectionSettings) -> None:
         self._settings = settings
@@ -65,19 +81,7 @@ class Database:
         return self._connection
 
     def _open(self, *, refresh_password: bool) -> psycopg.Connection:
-        settings = self._settings
-        return psycopg.connect(
-            host=settings.host,
-            port=settings.port,
-            dbname=settings.dbname,
-            user=settings.user,
-            password=settings.password(refresh_password),
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
-            application_name="serverless-outbox",
-            sslmode=sslmode(settings.host),
-            autocommit=True,  # transactions are explicit: Database.transaction()
-        )
+        return open_connection(self._settings, refresh_password=refresh_password)
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Cursor]:

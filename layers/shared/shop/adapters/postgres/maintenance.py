@@ -3,7 +3,9 @@
 Rows leave in bounded batches (one short transaction each, so maintenance never holds locks the
 writers or the publisher wait on for long):
 - outbox rows published or parked longer ago than the republish window (OutboxTtlDays: as long as
-  the DynamoDB outbox items live, so replay works the same on both stores);
+  the DynamoDB outbox items live, so replay works the same on both stores); with the logical relay,
+  rows written longer ago than that (it marks nothing: its slot holds what it has not sent, in the WAL,
+  whether the row is still in the table or not);
 - inbox rows older than the consumers' redelivery window (the same window as Powertools' idempotency
   records: runtime.config.Settings.idempotency_expires_after_seconds);
 - request keys past their expiry.
@@ -20,7 +22,7 @@ import psycopg
 _DELETE_OUTBOX = """
 DELETE FROM outbox WHERE position IN (
     SELECT position FROM outbox
-    WHERE coalesce(published_at, parked_at) < clock_timestamp() - make_interval(secs => %s)
+    WHERE {done} < clock_timestamp() - make_interval(secs => %s)
     LIMIT %s)
 """
 _DELETE_INBOX = """
@@ -34,26 +36,29 @@ DELETE FROM request_keys WHERE (caller, idempotency_key) IN (
     SELECT caller, idempotency_key FROM request_keys WHERE expires_at < clock_timestamp() LIMIT %s)
 """
 # Each part reads an index or the catalogue, never the whole table: the outbox holds weeks of rows.
-_HEALTH = """
-SELECT
-    (SELECT count(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL),
-    (SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)
-        FROM outbox WHERE published_at IS NULL AND parked_at IS NULL),
-    (SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL),
-    (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox'::regclass)
+_PENDING = """
+SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)
+FROM outbox WHERE published_at IS NULL AND parked_at IS NULL
+"""
+_SIZE = """
+SELECT (SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL),
+       (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox'::regclass)
 """
 
 
 @dataclass(frozen=True, slots=True)
 class OutboxHealth:
-    pending: int
-    oldest_pending_seconds: float
+    pending: int | None  # rows not on the bus yet; None with the logical relay (it marks no row)
+    oldest_pending_seconds: float | None  # None: not known this time (the slot was busy too long)
     parked: int
     rows: int  # the planner's estimate (pg_class.reltuples), refreshed by autovacuum
 
 
-def delete_published_outbox_rows(cursor: psycopg.Cursor[Any], older_than_seconds: int, limit: int) -> int:
-    cursor.execute(_DELETE_OUTBOX, (older_than_seconds, limit))
+def delete_published_outbox_rows(
+    cursor: psycopg.Cursor[Any], older_than_seconds: int, limit: int, *, logical_relay: bool = False
+) -> int:
+    done = "created_at" if logical_relay else "coalesce(published_at, parked_at)"
+    cursor.execute(_DELETE_OUTBOX.format(done=done), (older_than_seconds, limit))
     return cursor.rowcount
 
 
@@ -67,9 +72,23 @@ def delete_expired_request_keys(cursor: psycopg.Cursor[Any], limit: int) -> int:
     return cursor.rowcount
 
 
-def outbox_health(cursor: psycopg.Cursor[Any]) -> OutboxHealth:
-    cursor.execute(_HEALTH)
+def _one_row(cursor: psycopg.Cursor[Any], query: str) -> tuple[Any, ...]:
+    cursor.execute(query)
     found = cursor.fetchone()
     assert found is not None  # an aggregate query always answers one row
-    pending, oldest, parked, rows = found
+    return tuple(found)
+
+
+def outbox_health(cursor: psycopg.Cursor[Any]) -> OutboxHealth:
+    """The polling publisher's outbox: pending rows are the ones it has not published."""
+    pending, oldest = _one_row(cursor, _PENDING)
+    parked, rows = _one_row(cursor, _SIZE)
     return OutboxHealth(int(pending), float(oldest), int(parked), int(rows))
+
+
+def logical_outbox_health(
+    cursor: psycopg.Cursor[Any], oldest_undelivered_seconds: float | None
+) -> OutboxHealth:
+    """The logical relay's outbox: what it has not sent is in its slot, whose age the caller read."""
+    parked, rows = _one_row(cursor, _SIZE)
+    return OutboxHealth(None, oldest_undelivered_seconds, int(parked), int(rows))

@@ -148,7 +148,7 @@ class ReplaySelection:
 
 
 _SELECT_FOR_REPLAY = """
-SELECT event_id, created_at, published_at IS NOT NULL, parked_at IS NOT NULL
+SELECT event_id, position, created_at, published_at IS NOT NULL OR %s, parked_at IS NOT NULL
 FROM outbox
 WHERE {condition}
 ORDER BY position
@@ -162,18 +162,27 @@ def reset_for_replay(
     window: tuple[datetime, datetime] | None = None,
     event_ids: list[str] | None = None,
     horizon: datetime | None = None,
-) -> ReplaySelection:
+    logical_relay: bool = False,
+) -> tuple[ReplaySelection, list[int]]:
     """Make the selected published events pending again, in the caller's transaction: the publisher
     then republishes them in per-order sequence, like any pending event. Events created before
-    `horizon` (None: no horizon) are left published and named as expired."""
+    `horizon` (None: no horizon) are left published and named as expired.
+
+    With the logical relay rows carry no publishing state (its slot does): every selected row that is
+    not parked is replayed, and nothing is updated; the caller hands the returned positions to the
+    relay in a replay message (shop.adapters.postgres.replication.emit_replay)."""
     if (window is None) == (event_ids is None):
         raise ValueError("replay by a time window or by event ids, not both")
     if window is not None:
-        cursor.execute(_SELECT_FOR_REPLAY.format(condition="created_at BETWEEN %s AND %s"), window)
+        cursor.execute(
+            _SELECT_FOR_REPLAY.format(condition="created_at BETWEEN %s AND %s"), (logical_relay, *window)
+        )
     else:
-        cursor.execute(_SELECT_FOR_REPLAY.format(condition="event_id = ANY(%s)"), (event_ids,))
+        cursor.execute(_SELECT_FOR_REPLAY.format(condition="event_id = ANY(%s)"), (logical_relay, event_ids))
     selection = ReplaySelection([], [], [], [], [])
-    for event_id, created_at, published, parked in cursor.fetchall():
+    positions: dict[str, int] = {}
+    for event_id, position, created_at, published, parked in cursor.fetchall():
+        positions[event_id] = position
         if parked:
             selection.parked.append(event_id)
         elif not published:
@@ -184,9 +193,9 @@ def reset_for_replay(
             selection.reset.append(event_id)
     found = set(selection.reset + selection.expired + selection.parked + selection.pending)
     selection.missing = [event_id for event_id in event_ids or [] if event_id not in found]
-    if selection.reset:
+    if selection.reset and not logical_relay:
         cursor.execute(
             "UPDATE outbox SET published_at = NULL, last_error = 'replayed' WHERE event_id = ANY(%s)",
             (selection.reset,),
         )
-    return selection
+    return selection, [positions[event_id] for event_id in selection.reset]

@@ -3,11 +3,11 @@ version 1), as pg_logical_slot_peek_binary_changes() returns them: one message p
 
 Written here, not taken from a library: the maintained pure-Python decoder (`pgoutput` on PyPI) is not
 in this project's registry; `pypgoutput` is a prototype tied to psycopg2 and pydantic; `pgoutput-decoder`
-owns its own connection (Rust, no arm64 Lambda wheel). The relay needs five messages of one protocol
+owns its own connection (Rust, no arm64 Lambda wheel). The relay needs six messages of one protocol
 version, each laid out in "Logical Replication Message Formats" (PostgreSQL docs, protocol-logicalrep-
-message-formats): Begin, Commit, Relation, Insert, and the ones it must skip safely (Origin, Type,
-Update, Delete, Truncate, Message). tests/unit/test_pgoutput.py builds each from that page's layout
-and decodes what a real server sends.
+message-formats): Begin, Commit, Relation, Insert, Message (it carries replay requests), and the ones it
+must skip safely (Origin, Type, Update, Delete, Truncate). tests/unit/test_pgoutput.py builds each from
+that page's layout; tests/unit/test_logical_relay.py decodes what a real server sends.
 """
 
 from __future__ import annotations
@@ -53,17 +53,26 @@ class Insert:
 
 
 @dataclass(frozen=True, slots=True)
+class LogicalMessage:
+    """pg_logical_emit_message()'s message (sent when the `messages` option is on)."""
+
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Skipped:
     """A message the outbox relay has no use for (its kind byte, for logs and tests)."""
 
     kind: str
 
 
-Message = Begin | Commit | Relation | Insert | Skipped
+Message = Begin | Commit | Relation | Insert | LogicalMessage | Skipped
 
-# Kinds a version 1 stream may hold that the relay ignores: Origin, Type, Update, Delete, Truncate, and
-# logical decoding messages (only sent when asked for).
-_SKIPPED_KINDS = frozenset(b"OYUDTM")
+# Kinds a version 1 stream may hold that the relay ignores: Origin, Type, Update, Delete, Truncate.
+_SKIPPED_KINDS = frozenset(b"OYUDT")
 
 
 class _Reader:
@@ -136,6 +145,10 @@ def decode_message(data: bytes) -> Message:
         if reader.take(1) != b"N":
             raise DecodingError("insert without a new tuple")
         message = Insert(relation_id, _tuple_data(reader))
+    elif kind == ord("M"):
+        flags, lsn = reader.int8(), reader.int64()
+        prefix = reader.string()
+        message = LogicalMessage(bool(flags & 1), lsn, prefix, reader.take(reader.int32()))
     elif kind in _SKIPPED_KINDS:
         return Skipped(chr(kind))
     else:

@@ -13,6 +13,7 @@ A slot belongs to the whole server (cluster), not one database: its name carries
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from shop.adapters.postgres.pgoutput import (
     Commit,
     DecodingError,
     Insert,
+    LogicalMessage,
     Relation,
     decode_message,
     lsn_text,
@@ -34,6 +36,10 @@ from shop.adapters.postgres.pgoutput import (
 )
 
 PUBLICATION = "outbox_inserts"
+# A transactional logical decoding message with this prefix asks the relay to publish the outbox rows it
+# names (their positions, JSON) where the message sits in the log: replay, and the handover from the
+# polling publisher, go through the one reader of the slot, in commit order.
+REPLAY_PREFIX = "outbox.replay"
 OUTBOX_TABLE = ("public", "outbox")
 # The relay's advisory lock: one reader per slot (a slot serves one session at a time anyway; the lock
 # makes a second relay wait its turn instead of failing with "slot is active").
@@ -52,6 +58,7 @@ class DecodedTransaction:
     end_lsn: int  # confirm this and the transaction is never decoded again
     commit_time: datetime
     rows: list[OutboxRow] = field(default_factory=list)
+    replayed: list[int] = field(default_factory=list)  # positions a replay message named
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,20 +123,22 @@ def lock_slot(cursor: psycopg.Cursor[Any], slot: str) -> None:
 _PEEK = """
 SELECT lsn::text, data
 FROM pg_logical_slot_peek_binary_changes(
-    %s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)
+    %s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s, 'messages', 'true')
+"""
+_ROWS_BY_POSITION = """
+SELECT position, event_id, aggregate_id, sequence, envelope::text, trace_header, created_at, attempts
+FROM outbox WHERE position = ANY(%s)
 """
 
 
 def peek_changes(cursor: psycopg.Cursor[Any], slot: str, max_changes: int) -> SlotChanges:
     """Decode the slot's next transactions, up to about `max_changes` rows (whole transactions), without
     moving it. Raises DecodingError on bytes that are not pgoutput v1 (a server or protocol change)."""
-    cursor.execute("SELECT pg_current_wal_flush_lsn()::text")
-    found = cursor.fetchone()
-    assert found is not None
-    upto = parse_lsn(found[0])
+    upto = flush_lsn(cursor)
     cursor.execute(_PEEK, (slot, lsn_text(upto), max_changes, PUBLICATION))
     messages = cursor.fetchall()
     transactions = list(_transactions(bytes(data) for _, data in messages))
+    _fill_replayed_rows(cursor, transactions)
     if len(messages) >= max_changes and transactions:
         return SlotChanges(transactions, transactions[-1].end_lsn)  # stopped at the limit: more to come
     return SlotChanges(transactions, upto)
@@ -139,13 +148,17 @@ def _transactions(messages: Iterator[bytes]) -> Iterator[DecodedTransaction]:
     columns: dict[int, tuple[str, ...]] = {}
     begin: Begin | None = None
     rows: list[OutboxRow] = []
+    replayed: list[int] = []
     for data in messages:
         message = decode_message(data)
-        if isinstance(message, Relation):
+        if isinstance(message, LogicalMessage):
+            if message.prefix == REPLAY_PREFIX and message.transactional:
+                replayed.extend(_positions(message.content))
+        elif isinstance(message, Relation):
             if (message.namespace, message.name) == OUTBOX_TABLE:
                 columns[message.relation_id] = message.columns
         elif isinstance(message, Begin):
-            begin, rows = message, []
+            begin, rows, replayed = message, [], []
         elif isinstance(message, Insert):
             if message.relation_id not in columns:
                 raise DecodingError(f"insert into relation {message.relation_id} before its Relation message")
@@ -153,8 +166,53 @@ def _transactions(messages: Iterator[bytes]) -> Iterator[DecodedTransaction]:
         elif isinstance(message, Commit):
             if begin is None:
                 raise DecodingError("commit without begin")
-            yield DecodedTransaction(message.end_lsn, message.commit_time, rows)
+            yield DecodedTransaction(message.end_lsn, message.commit_time, rows, replayed)
             begin = None
+
+
+def _positions(content: bytes) -> list[int]:
+    try:
+        positions = json.loads(content)
+    except ValueError as exc:
+        raise DecodingError(f"replay message is not JSON: {content[:100]!r}") from exc
+    if not isinstance(positions, list) or not all(isinstance(p, int) for p in positions):
+        raise DecodingError(f"replay message is not a list of positions: {content[:100]!r}")
+    return positions
+
+
+def _fill_replayed_rows(cursor: psycopg.Cursor[Any], transactions: list[DecodedTransaction]) -> None:
+    """Read the rows replay messages name (one query for the round), in their transaction, by position;
+    a row deleted since (retention) is gone from the table and is not republished."""
+    wanted = [position for transaction in transactions for position in transaction.replayed]
+    if not wanted:
+        return
+    cursor.execute(_ROWS_BY_POSITION, (wanted,))
+    found = {record[0]: OutboxRow(*record) for record in cursor.fetchall()}
+    for transaction in transactions:
+        transaction.rows.extend(found[p] for p in sorted(transaction.replayed) if p in found)
+
+
+def emit_replay(cursor: psycopg.Cursor[Any], positions: list[int]) -> None:
+    """Ask the relay, in the caller's transaction, to publish these rows again once it commits."""
+    if positions:
+        cursor.execute(
+            "SELECT pg_logical_emit_message(true, %s, %s)", (REPLAY_PREFIX, json.dumps(sorted(positions)))
+        )
+
+
+def confirmed_lsn(cursor: psycopg.Cursor[Any], slot: str) -> int:
+    cursor.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    found = cursor.fetchone()
+    if found is None or found[0] is None:
+        raise LookupError(f"replication slot {slot} does not exist")
+    return parse_lsn(found[0])
+
+
+def flush_lsn(cursor: psycopg.Cursor[Any]) -> int:
+    cursor.execute("SELECT pg_current_wal_flush_lsn()::text")
+    found = cursor.fetchone()
+    assert found is not None
+    return parse_lsn(found[0])
 
 
 def _outbox_row(values: dict[str, str | None]) -> OutboxRow:
@@ -179,11 +237,7 @@ def _outbox_row(values: dict[str, str | None]) -> OutboxRow:
 
 def advance_slot(cursor: psycopg.Cursor[Any], slot: str, lsn: int) -> bool:
     """Confirm the slot up to `lsn`; False (and no change) when it is already there or further."""
-    cursor.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-    found = cursor.fetchone()
-    if found is None:
-        raise LookupError(f"replication slot {slot} does not exist")
-    if found[0] is not None and parse_lsn(found[0]) >= lsn:
+    if confirmed_lsn(cursor, slot) >= lsn:
         return False
     cursor.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, lsn_text(lsn)))
     return True
@@ -195,6 +249,28 @@ SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
        coalesce(wal_status, 'unknown')
 FROM pg_replication_slots WHERE slot_name = %s
 """
+
+
+def oldest_undelivered_seconds(cursor: psycopg.Cursor[Any], slot: str, wait_seconds: float) -> float | None:
+    """Age of the oldest commit the slot has not confirmed (0 when it holds nothing), read under the
+    relay's lock (rounds are short); None when the relay held it longer than `wait_seconds`."""
+    cursor.execute(f"SET LOCAL lock_timeout = {int(wait_seconds * 1000)}")
+    try:
+        with (
+            cursor.connection.transaction()
+        ):  # a savepoint: a lock timeout leaves the caller's transaction usable
+            lock_slot(cursor, slot)
+    except psycopg.errors.LockNotAvailable:
+        return None
+    changes = peek_changes(cursor, slot, 1)
+    if not changes.transactions:
+        return 0.0
+    cursor.execute(
+        "SELECT extract(epoch FROM clock_timestamp() - %s)", (changes.transactions[0].commit_time,)
+    )
+    found = cursor.fetchone()
+    assert found is not None
+    return max(float(found[0]), 0.0)
 
 
 def slot_health(cursor: psycopg.Cursor[Any], slot: str) -> SlotHealth:
