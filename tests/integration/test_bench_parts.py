@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import reset_process_state
-from tools.bench import cost_model, polling_publisher, relay_efficiency, write_cost
+from tools.bench import cost_model, postgres_relays, relay_efficiency, write_cost
 from tools.bench.__main__ import TARGETS, render
 from tools.local.services.emulators import LocalServices
 
@@ -41,7 +41,7 @@ def test_the_relay_and_write_cost_parts_measure_the_product_and_feed_their_targe
 ) -> None:
     relay = relay_efficiency.run(bench_services.endpoints.moto, 300, 100)
     cost = write_cost.run(bench_services.endpoints.dynamodb, bench_services.endpoints.moto, 5)
-    publisher = polling_publisher.run(bench_services.endpoints.moto, tmp_path / "postgres", 40, 5.0, 2.0)
+    relays = postgres_relays.run(bench_services.endpoints.moto, tmp_path / "postgres", 40, 5.0, 2.0)
 
     # The relay batches up to 10 events per PutEvents (the baseline: one each), and both relays
     # published every outbox event of the same stream records.
@@ -52,19 +52,21 @@ def test_the_relay_and_write_cost_parts_measure_the_product_and_feed_their_targe
     # A confirmed order's writes as AWS bills them (docs/performance.md, write cost table).
     assert cost["wcu_per_confirmed_order"] == 38
     assert cost["consumers"]["inventory_consumer"]["dynamodb_calls_per_event"] == 3
-    # The polling publisher published every event of the orders it confirmed, in calls of up to 10,
-    # and marked each published; the lag run's orders all arrived.
-    assert publisher["throughput"]["events"] == 2 * 40
-    assert 0.1 <= publisher["throughput"]["put_events_calls_per_event"] < 0.15
-    assert publisher["lag"]["events"] >= 9
-    assert 0 < publisher["lag"]["p50_ms"] <= publisher["lag"]["p99_ms"]
+    # Each PostgreSQL relay published every event of the orders it confirmed, in calls of up to 10; the
+    # lag run's orders all arrived.
+    for figures in relays.values():
+        assert figures["throughput"]["events"] == 2 * 40
+        assert 0.1 <= figures["throughput"]["put_events_calls_per_event"] < 0.15
+        assert figures["lag"]["events"] >= 9
+        assert 0 < figures["lag"]["p50_ms"] <= figures["lag"]["p99_ms"]
+    assert set(relays) == {"polling", "logical"}
 
     results: dict[str, Any] = {
         "date": "test",
         "machine": {"cpu": "test", "cores": 2},
         "relay": relay,
         "write_cost": cost,
-        "polling_publisher": publisher,
+        "postgres_relays": relays,
         "seconds": 0.0,
     }
     for name in (*RELAY_TARGETS, *WRITE_TARGETS):
@@ -74,9 +76,12 @@ def test_the_relay_and_write_cost_parts_measure_the_product_and_feed_their_targe
     text = render(results)
     assert "PutEvents calls per event" in text
     assert "write cost: create 10 WCU" in text
-    assert "polling publisher (OrderStore=postgres" in text
+    assert "polling relay (OrderStore=postgres, PostgresRelay=polling" in text
+    assert "logical relay (OrderStore=postgres, PostgresRelay=logical" in text
     # The stores' table is priced from this run's figures: the orders table's write units are what the
     # postgres store stops paying, so its variable cost is lower and a break-even exists.
-    even = cost_model.break_even_orders_per_month(results)
-    assert even is not None
-    assert f"Break-even: {even:,.0f} orders a month" in cost_model.render(results)
+    rendered = cost_model.render(results)
+    for name in ("polling", "logical"):
+        even = cost_model.break_even_orders_per_month(results, name)
+        assert even is not None
+        assert f"Break-even with PostgresRelay={name}: {even:,.0f} orders a month" in rendered

@@ -121,3 +121,25 @@ def test_a_handover_still_in_the_slot_goes_back_to_the_polling_publisher(
     drain_polling(database)
 
     assert sorted(order_id for order_id, _, _ in recording_bus.accepted) == sorted(stranded)
+
+
+def test_a_switch_to_logical_on_a_server_that_cannot_decode_its_log_changes_nothing_and_says_why() -> None:
+    from shop.adapters.postgres.relay_mode import LogicalDecodingOff
+
+    class ReplicaLevelServer:
+        """A connection to a cluster whose rds.logical_replication is not applied yet (before a reboot)."""
+
+        def __init__(self) -> None:
+            self.statements: list[str] = []
+
+        def execute(self, statement: str, *args: object) -> ReplicaLevelServer:
+            self.statements.append(statement)
+            return self
+
+        def fetchone(self) -> tuple[str]:
+            return ("replica",)
+
+    server = ReplicaLevelServer()
+    with pytest.raises(LogicalDecodingOff, match="reboot the writer, then deploy PostgresRelay=logical"):
+        switch_relay(server, "logical", SLOT)  # type: ignore[arg-type]
+    assert server.statements == ["SHOW wal_level"]  # no slot, no publication, no handover

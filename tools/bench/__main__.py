@@ -41,15 +41,17 @@ from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.runtime import config
 from tools.bench import (
     capacity,
+    charts,
     cold_start,
     cost_model,
     latency,
-    polling_publisher,
+    postgres_relays,
     relay_efficiency,
     write_cost,
 )
 
 OUT_DIR = ROOT / ".bench"
+CHART = "relay-comparison.png"  # the three relays side by side (tools/bench/charts.py)
 Check = Callable[[dict[str, Any]], bool]
 # Targets are what users pay for on AWS: relay calls, write units, cold start (and the cost model they
 # feed). The local stack's latency is reported, never a target: it measures moto and DynamoDB Local,
@@ -155,8 +157,8 @@ def main() -> int:
                 services.endpoints.moto, _env_int("BENCH_EVENTS", 10_000), 100
             )
             results["write_cost"] = write_cost.run(services.endpoints.dynamodb, services.endpoints.moto, 200)
-            # OrderStore=postgres: the polling publisher on a real PostgreSQL, beside the relay.
-            results["polling_publisher"] = polling_publisher.run(
+            # OrderStore=postgres: its two relays (polling, logical) on a real PostgreSQL, beside the relay.
+            results["postgres_relays"] = postgres_relays.run(
                 services.endpoints.moto,
                 OUT_DIR / "postgres",
                 _env_int("BENCH_PUBLISHER_ORDERS", 2000),
@@ -176,6 +178,7 @@ def main() -> int:
         results["cost_per_million_orders"] = {
             relay: cost_model.cost_per_million_orders(results, relay) for relay in ("ours", "baseline")
         }
+        charts.write_relay_comparison(results, [OUT_DIR / CHART, ROOT / "docs" / "images" / CHART])
     # The capacity report alone has no target: none is listed as missed then.
     targeted = bool(parts - {"capacity"})
     results["targets"] = {name: _met(check, results) for name, check in TARGETS.items()} if targeted else {}
@@ -240,8 +243,9 @@ def render(results: dict[str, Any]) -> str:
     lines = [f"make bench  {results['date']}  {results['machine']['cpu']} x{results['machine']['cores']}"]
     if "relay" in results:
         lines += ["", *_render_relay(results["relay"])]
-    if "polling_publisher" in results:
-        lines += ["", *_render_publisher(results["polling_publisher"])]
+    if "postgres_relays" in results:
+        for relay, figures in results["postgres_relays"].items():
+            lines += ["", *_render_postgres_relay(relay, figures)]
     if "latency" in results:
         lines += ["", *_render_stack(results)]
     if "capacity" in results:
@@ -286,17 +290,17 @@ def _render_relay(relay: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _render_publisher(figures: dict[str, Any]) -> list[str]:
+def _render_postgres_relay(relay: str, figures: dict[str, Any]) -> list[str]:
     throughput, lag = figures["throughput"], figures["lag"]
     return [
-        f"polling publisher (OrderStore=postgres, real PostgreSQL): {throughput['events']} events of "
-        f"{throughput['orders']} orders",
+        f"{relay} relay (OrderStore=postgres, PostgresRelay={relay}, real PostgreSQL): "
+        f"{throughput['events']} events of {throughput['orders']} orders",
         f"  PutEvents calls per event {throughput['put_events_calls_per_event']:.4f}, "
         f"SQL statements per event {throughput['sql_statements_per_event']:.3f}, "
         f"{throughput['events_per_second']:.0f} events/s in process",
         f"  database CPU: {throughput['database_cpu_ms_per_event']:.3f} ms per event published, "
         f"{throughput['database_write_cpu_ms_per_order']:.2f} ms per order written",
-        f"  publish lag (commit → bus, {lag['offered_rate_per_s']:.0f} orders/s for {lag['seconds']:.0f} s): "
+        f"  publish lag (write → bus, {lag['offered_rate_per_s']:.0f} orders/s for {lag['seconds']:.0f} s): "
         f"p50 {lag['p50_ms']:.0f} ms, p99 {lag['p99_ms']:.0f} ms",
     ]
 

@@ -81,10 +81,12 @@ SCHEDULES = 2  # the publisher and the maintenance, every minute
 PUBLISHER_SECONDS_PER_MINUTE = 65  # one invocation a minute, polling until its last 5 s of 70
 # Assumptions, not measurements: AWS publishes an ACU as "approximately 2 GiB of memory, corresponding
 # CPU, and networking", not a CPU share; a quarter of a vCPU per ACU is taken here. Aurora bills I/O
-# on storage, not on the buffer cache: the confirm path's three commits (API, order-status,
-# publisher's mark) are taken as three write I/Os, its reads as cached.
+# on storage, not on the buffer cache: the confirm path's commits are taken as one write I/O each, its
+# reads as cached: the API's and the order-status consumer's, plus the polling publisher's mark; the
+# logical relay marks nothing, and reads the log through Aurora's logical WAL cache (rds.logical_wal_cache).
 VCPU_PER_ACU = 0.25
-AURORA_WRITE_IOS_PER_ORDER = 3
+AURORA_WRITE_IOS_PER_ORDER = {"polling": 3, "logical": 2}
+POSTGRES_RELAYS = ("polling", "logical")
 
 
 def _orders_table_wcu(bench: dict[str, Any]) -> float:
@@ -118,40 +120,42 @@ def postgres_fixed_per_month() -> dict[str, float]:
     }
 
 
-def postgres_cost_per_million_orders(bench: dict[str, Any]) -> dict[str, float]:
-    """The variable cost of 1 million orders with OrderStore=postgres, from the same run's figures."""
+def postgres_cost_per_million_orders(bench: dict[str, Any], relay: str = "polling") -> dict[str, float]:
+    """The variable cost of 1 million orders with OrderStore=postgres and PostgresRelay=`relay`, from the
+    same run's figures."""
     lines = dict(cost_per_million_orders(bench, "ours"))
     del lines["total"]
     # Only the inventory's events still go through the stream relay: one of the confirm path's three.
-    relay = bench["relay"]["ours"]
+    stream_relay = bench["relay"]["ours"]
     relay_share = 1 / EVENTS_PER_ORDER
-    relay_seconds = relay["cpu_ms_per_1000_events"] / 1000 * EVENTS_PER_ORDER / 1000
+    relay_seconds = stream_relay["cpu_ms_per_1000_events"] / 1000 * EVENTS_PER_ORDER / 1000
     lines["Lambda requests"] -= (
-        PRICES["lambda_request_per_million"] * relay["invocations_per_order_full_batches"] * (1 - relay_share)
+        PRICES["lambda_request_per_million"]
+        * stream_relay["invocations_per_order_full_batches"]
+        * (1 - relay_share)
     )
     lines["Lambda duration"] -= (
         1_000_000 * MEMORY_GB * PRICES["lambda_arm64_gb_second"] * relay_seconds * (1 - relay_share)
     )
     lines["DynamoDB writes"] -= PRICES["dynamodb_write_request_unit_per_million"] * _orders_table_wcu(bench)
-    publisher = bench["polling_publisher"]["throughput"]
+    publisher = bench["postgres_relays"][relay]["throughput"]
     database_cpu_seconds = (
         publisher["database_write_cpu_ms_per_order"]
-        + publisher["database_cpu_ms_per_event"]
-        * bench["polling_publisher"]["throughput"]["events"]
-        / bench["polling_publisher"]["throughput"]["orders"]
+        + publisher["database_cpu_ms_per_event"] * publisher["events"] / publisher["orders"]
     ) / 1000
     lines["Aurora capacity above the minimum"] = (
         1_000_000 * database_cpu_seconds / VCPU_PER_ACU / 3600 * POSTGRES_PRICES["aurora_acu_hour"]
     )
-    lines["Aurora I/O"] = AURORA_WRITE_IOS_PER_ORDER * POSTGRES_PRICES["aurora_io_per_million"]
+    lines["Aurora I/O"] = AURORA_WRITE_IOS_PER_ORDER[relay] * POSTGRES_PRICES["aurora_io_per_million"]
     lines["total"] = sum(lines.values())
     return lines
 
 
-def break_even_orders_per_month(bench: dict[str, Any]) -> float | None:
+def break_even_orders_per_month(bench: dict[str, Any], relay: str = "polling") -> float | None:
     """The monthly order count above which the postgres store costs less (None: it never does)."""
     saving = (
-        cost_per_million_orders(bench, "ours")["total"] - postgres_cost_per_million_orders(bench)["total"]
+        cost_per_million_orders(bench, "ours")["total"]
+        - postgres_cost_per_million_orders(bench, relay)["total"]
     )
     if saving <= 0:
         return None
@@ -169,40 +173,45 @@ def render(bench: dict[str, Any]) -> str:
         "| --- | ---: | ---: |",
         *rows,
     ]
-    if "polling_publisher" in bench:
+    if "postgres_relays" in bench:
         lines += ["", *render_order_stores(bench)]
     return "\n".join(lines)
 
 
 def render_order_stores(bench: dict[str, Any]) -> list[str]:
     dynamodb = cost_per_million_orders(bench, "ours")
-    postgres = postgres_cost_per_million_orders(bench)
+    postgres = {relay: postgres_cost_per_million_orders(bench, relay) for relay in POSTGRES_RELAYS}
     fixed = postgres_fixed_per_month()
-    names = list(dict.fromkeys([*dynamodb, *postgres]))
+    names = list(dict.fromkeys([*dynamodb, *postgres["polling"]]))
     names.remove("total")
-    rows = [
-        f"| {name} | ${dynamodb.get(name, 0.0):,.2f} | ${postgres.get(name, 0.0):,.2f} |" for name in names
-    ]
-    totals = f"**${dynamodb['total']:,.2f}** | **${postgres['total']:,.2f}**"
-    rows.append(f"| **variable, per million orders** | {totals} |")
-    rows += [f"| {name} (per month) | - | ${value:,.2f} |" for name, value in fixed.items()]
-    rows.append(f"| **fixed, per month** | **$0.00** | **${sum(fixed.values()):,.2f}** |")
-    even = break_even_orders_per_month(bench)
-    verdict = (
-        f"Break-even: {even:,.0f} orders a month ({even / (30 * 86400):.1f} orders/s on average); "
-        "above it the postgres store costs less."
-        if even is not None
-        else "The postgres store costs more per order than DynamoDB: no break-even."
-    )
+
+    def cells(name: str) -> str:
+        return " | ".join(f"${postgres[relay].get(name, 0.0):,.2f}" for relay in POSTGRES_RELAYS)
+
+    rows = [f"| {name} | ${dynamodb.get(name, 0.0):,.2f} | {cells(name)} |" for name in names]
+    totals = " | ".join(f"**${postgres[relay]['total']:,.2f}**" for relay in POSTGRES_RELAYS)
+    rows.append(f"| **variable, per million orders** | **${dynamodb['total']:,.2f}** | {totals} |")
+    rows += [f"| {name} (per month) | - | ${value:,.2f} | ${value:,.2f} |" for name, value in fixed.items()]
+    month = f"${sum(fixed.values()):,.2f}"
+    rows.append(f"| **fixed, per month** | **$0.00** | **{month}** | **{month}** |")
+    verdicts = []
+    for relay in POSTGRES_RELAYS:
+        even = break_even_orders_per_month(bench, relay)
+        verdicts.append(
+            f"Break-even with PostgresRelay={relay}: {even:,.0f} orders a month "
+            f"({even / (30 * 86400):.1f} orders/s on average); above it the postgres store costs less."
+            if even is not None
+            else f"PostgresRelay={relay}: the postgres store costs more per order; no break-even."
+        )
     return [
-        "Order stores side by side (OrderStore=dynamodb vs postgres; ACU per vCPU and Aurora I/O per"
-        " order are assumptions, see cost_model.py):",
+        "Order stores side by side (OrderStore=dynamodb vs postgres with each PostgresRelay; ACU per vCPU and"
+        " Aurora I/O per order are assumptions, see cost_model.py):",
         "",
-        "| Item | dynamodb | postgres |",
-        "| --- | ---: | ---: |",
+        "| Item | dynamodb | postgres, polling | postgres, logical |",
+        "| --- | ---: | ---: | ---: |",
         *rows,
         "",
-        verdict,
+        *verdicts,
     ]
 
 

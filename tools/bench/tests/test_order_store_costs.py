@@ -39,13 +39,23 @@ def bench_figures(write_cpu_ms: float = 1.0) -> dict[str, Any]:
                 "notification_consumer": consumer,
             },
         },
-        "polling_publisher": {
-            "throughput": {
-                "orders": 100,
-                "events": 200,
-                "database_cpu_ms_per_event": 0.1,
-                "database_write_cpu_ms_per_order": write_cpu_ms,
-            }
+        "postgres_relays": {
+            "polling": {
+                "throughput": {
+                    "orders": 100,
+                    "events": 200,
+                    "database_cpu_ms_per_event": 0.1,
+                    "database_write_cpu_ms_per_order": write_cpu_ms,
+                }
+            },
+            "logical": {
+                "throughput": {
+                    "orders": 100,
+                    "events": 200,
+                    "database_cpu_ms_per_event": 0.05,
+                    "database_write_cpu_ms_per_order": write_cpu_ms,
+                }
+            },
         },
     }
 
@@ -87,3 +97,24 @@ def test_the_fixed_month_counts_every_endpoint_in_every_zone_and_the_always_poll
     fixed = cost_model.postgres_fixed_per_month()
     assert fixed["VPC interface endpoints"] == pytest.approx(5 * 2 * 0.01 * 730)
     assert fixed["publisher Lambda (always polling)"] == pytest.approx(0.5 * 65 * 60 * 730 * 0.0000133334)
+
+
+def test_the_logical_relay_is_priced_from_its_own_figures_and_pays_no_marking_write() -> None:
+    bench = bench_figures()
+    polling = cost_model.postgres_cost_per_million_orders(bench, "polling")
+    logical = cost_model.postgres_cost_per_million_orders(bench, "logical")
+
+    io_price = cost_model.POSTGRES_PRICES["aurora_io_per_million"]
+    assert polling["Aurora I/O"] - logical["Aurora I/O"] == pytest.approx(io_price)  # no published_at mark
+    # CPU per order: writes 1.0 ms + 2 events x 0.05 ms = 1.1 ms (polling: 1.2 ms).
+    acu_hours = 1_000_000 * 1.1 / 1000 / cost_model.VCPU_PER_ACU / 3600
+    expected = acu_hours * cost_model.POSTGRES_PRICES["aurora_acu_hour"]
+    assert logical["Aurora capacity above the minimum"] == pytest.approx(expected)
+    logical_even = cost_model.break_even_orders_per_month(bench, "logical")
+    polling_even = cost_model.break_even_orders_per_month(bench, "polling")
+    assert logical_even is not None
+    assert polling_even is not None
+    assert logical_even < polling_even
+    table = "\n".join(cost_model.render_order_stores(bench))
+    assert "| Item | dynamodb | postgres, polling | postgres, logical |" in table
+    assert "Break-even with PostgresRelay=logical" in table

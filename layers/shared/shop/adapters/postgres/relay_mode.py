@@ -44,9 +44,22 @@ def _undelivered_positions(cursor: psycopg.Cursor[Any], slot: str) -> set[int]:
     }
 
 
+class LogicalDecodingOff(RuntimeError):
+    """The server cannot decode its log (wal_level is not logical): nothing was changed."""
+
+
 def switch_relay(connection: psycopg.Connection, mode: str, slot: str) -> str:
     """Make `mode` the outbox's relay (autocommit connection). Returns what was done, for the log."""
     if mode == "logical":
+        found = connection.execute("SHOW wal_level").fetchone()
+        level = found[0] if found else "unknown"
+        if level != "logical":
+            raise LogicalDecodingOff(
+                f"wal_level is {level}, not logical: rds.logical_replication=1 takes "
+                "effect at the writer's next reboot. Deploy with DatabaseLogicalReplication=on and "
+                "PostgresRelay=polling, reboot the writer, then deploy PostgresRelay=logical "
+                "(docs/configuration.md, switching a live stack)"
+            )
         ensure_publication_and_slot(connection, slot)  # outside the transaction: a slot must be
     with connection.transaction(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL statement_timeout = 0")  # a switch after a long outage reads much WAL

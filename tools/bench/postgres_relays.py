@@ -1,13 +1,17 @@
-"""The PostgreSQL order store's polling publisher, measured beside the stream relay (`make bench`).
+"""The PostgreSQL order store's two relays, the polling publisher and the logical (WAL) relay, measured
+side by side and beside the stream relay (`make bench`).
 
-On a real PostgreSQL (the embedded server, in .bench/postgres) and moto's bus, in this process:
-- throughput: orders placed and confirmed (their outbox rows pending), then published by
-  rounds of the product's publisher until none is pending: events/s, PutEvents calls per event, SQL
-  statements per event (every statement the publisher's cursors execute, counted), and the database
-  server's CPU per event (its processes' utime + stime from /proc);
-- publish lag: orders placed at a steady rate while one publisher polls as the deployed one does
-  (shop.runtime.polling_publisher.poll_outbox: 0.2 s idle pause): created_at → published_at of each row,
-  both the database's clock, p50 and p99.
+On a real PostgreSQL (the embedded server, in .bench/postgres, wal_level=logical) and moto's bus, in this
+process, for each relay in turn on a database of its own (the logical relay's slot is created, by the
+migration step's own code, after the polling run, so it decodes only its own run's WAL):
+- throughput: orders placed and confirmed (their events waiting), then published by rounds of the
+  product's relay until a round finds nothing: events/s, PutEvents calls per event, SQL statements per
+  event (every statement the relay's cursors execute, counted), and the database server's CPU per
+  event (its processes' utime + stime from /proc);
+- publish lag: orders placed at a steady rate while one relay runs as the deployed one does
+  (shop.runtime.polling_publisher.poll_outbox: 0.2 s idle pause between empty rounds): from the row's
+  created_at (the database's clock, at the insert, just before its commit) to the end of the round that
+  put it on the bus (the same machine's clock), p50 and p99.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +34,20 @@ from shop.adapters import aws
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
+from shop.adapters.postgres.relay_mode import switch_relay
+from shop.adapters.postgres.replication import slot_name
 from shop.adapters.postgres.schema import apply_migrations
 from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.domain.poison import PoisonRecord
 from shop.runtime.config import Settings
-from shop.runtime.polling_publisher import poll_outbox, publish_pending_round
+from shop.runtime.logical_relay import relay_slot_round
+from shop.runtime.polling_publisher import RoundOutcome, poll_outbox, publish_pending_round
 from tools.local.services.order_database import EmbeddedPostgres
 
 SETTINGS = Settings.from_env({})
 BUS = "bench-bus"
+RELAYS = ("polling", "logical")  # the template's PostgresRelay values
+RoundFunction = Callable[[Database], RoundOutcome]
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,31 +99,32 @@ def _confirm(service: OrderService, order_ids: list[str]) -> None:
         service.apply_inventory_outcome(order_id, OrderStatus.CONFIRMED, cause)
 
 
-def _pending(settings: ConnectionSettings) -> int:
-    with psycopg.connect(
-        host=settings.host, port=settings.port, dbname=settings.dbname, user=settings.user, autocommit=True
-    ) as connection:
-        row = connection.execute(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL"
-        ).fetchone()
-    return int(row[0]) if row else 0
+def _round_function(relay: str, slot: str) -> RoundFunction:
+    """One round of the product's relay, as the deployed function runs it (functions/outbox_publisher)."""
+    publisher = EventPublisher(BUS, SETTINGS.max_event_bytes)
+    if relay == "logical":
+        return lambda database: relay_slot_round(
+            database, publisher, _NoPoison(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
+        )
+    return lambda database: publish_pending_round(
+        database, publisher, _NoPoison(), max_event_bytes=SETTINGS.max_event_bytes
+    )
 
 
-def _throughput(database: Database, service: OrderService, orders: int) -> dict[str, Any]:
+def _throughput(
+    database: Database, service: OrderService, run_round: RoundFunction, orders: int
+) -> dict[str, Any]:
     cpu_before = _server_cpu_seconds()
     placed = _place(service, orders, "throughput")
     _confirm(service, placed)
     # The writers' share of the database's work per order on the confirm path: the API's transaction
     # (order, lines, outbox row) and the order-status consumer's (status, outbox row).
     write_cpu_ms_per_order = 1000 * (_server_cpu_seconds() - cpu_before) / orders
-    publisher = EventPublisher(BUS, SETTINGS.max_event_bytes)
     events = calls = rounds = 0
     cpu_before, wall = _server_cpu_seconds(), time.perf_counter()
     with _counted_statements() as statements, contextlib.redirect_stdout(io.StringIO()):
         while True:
-            outcome = publish_pending_round(
-                database, publisher, _NoPoison(), max_event_bytes=SETTINGS.max_event_bytes
-            )
+            outcome = run_round(database)
             if not outcome.claimed:
                 break
             assert outcome.left_pending == 0, "moto's bus took every entry"
@@ -133,19 +144,26 @@ def _throughput(database: Database, service: OrderService, orders: int) -> dict[
     }
 
 
-def _lag(service: OrderService, settings: ConnectionSettings, rate: float, seconds: float) -> dict[str, Any]:
-    """created_at → published_at while orders arrive at `rate` and one publisher polls."""
+def _lag(
+    service: OrderService, settings: ConnectionSettings, run_round: RoundFunction, rate: float, seconds: float
+) -> dict[str, Any]:
+    """Write → on the bus while orders arrive at `rate` and one relay runs."""
     stop = threading.Event()
-    publisher = EventPublisher(BUS, SETTINGS.max_event_bytes)
+    lags_ms: list[float] = []
+    relay_database = Database(settings)  # the relay's own connection, as in Lambda
 
-    def run_round() -> Any:
-        return publish_pending_round(
-            database_for_publisher, publisher, _NoPoison(), max_event_bytes=SETTINGS.max_event_bytes
+    def timed_round() -> RoundOutcome:
+        outcome = run_round(relay_database)
+        on_bus = datetime.now(UTC)
+        lags_ms.extend(
+            (on_bus - row.created_at).total_seconds() * 1000
+            for row, entry in outcome.published
+            if entry.correlation_id.startswith("lag-")
         )
+        return outcome
 
-    database_for_publisher = Database(settings)  # the publisher's own connection, as in Lambda
     polling = threading.Thread(
-        target=lambda: poll_outbox(run_round, lambda: 0.0 if stop.is_set() else 3600.0), daemon=True
+        target=lambda: poll_outbox(timed_round, lambda: 0.0 if stop.is_set() else 3600.0), daemon=True
     )
     with contextlib.redirect_stdout(io.StringIO()):
         polling.start()
@@ -156,22 +174,12 @@ def _lag(service: OrderService, settings: ConnectionSettings, rate: float, secon
             placed += 1
             time.sleep(max(0.0, started + placed / rate - time.monotonic()))
         deadline = time.monotonic() + 30
-        while _pending(settings) and time.monotonic() < deadline:
+        while len(lags_ms) < placed and time.monotonic() < deadline:
             time.sleep(0.1)
         stop.set()
         polling.join(10)
-    database_for_publisher.close()
-    with psycopg.connect(
-        host=settings.host, port=settings.port, dbname=settings.dbname, user=settings.user, autocommit=True
-    ) as connection:
-        lags = [
-            float(row[0])
-            for row in connection.execute(
-                "SELECT extract(epoch FROM published_at - created_at) * 1000 FROM outbox"
-                " WHERE envelope->>'correlationid' LIKE 'lag-%' AND published_at IS NOT NULL"
-            )
-        ]
-    lags.sort()
+    relay_database.close()
+    lags = sorted(lags_ms)
     return {
         "offered_rate_per_s": rate,
         "seconds": seconds,
@@ -181,7 +189,38 @@ def _lag(service: OrderService, settings: ConnectionSettings, rate: float, secon
     }
 
 
+def _measure(
+    server: EmbeddedPostgres, relay: str, orders: int, lag_rate: float, lag_seconds: float
+) -> dict[str, Any]:
+    location = server.database(f"bench_{relay}")
+    settings = ConnectionSettings(
+        host=location.socket_dir,
+        port=location.port,
+        dbname=location.name,
+        user="postgres",
+        password=lambda _: None,
+    )
+    apply_migrations(settings)
+    slot = slot_name(location.name)
+    with psycopg.connect(
+        host=settings.host, port=settings.port, dbname=settings.dbname, user=settings.user, autocommit=True
+    ) as connection:
+        switch_relay(connection, relay, slot)  # the migration step's own code: the slot when logical
+    database = Database(settings)
+    service = OrderService(PostgresOrderRepository(database, SETTINGS), SETTINGS)
+    run_round = _round_function(relay, slot)
+    try:
+        return {
+            "throughput": _throughput(database, service, run_round, orders),
+            "lag": _lag(service, settings, run_round, lag_rate, lag_seconds),
+        }
+    finally:
+        database.close()
+        server.drop(f"bench_{relay}")
+
+
 def run(moto_url: str, data_dir: Path, orders: int, lag_rate: float, lag_seconds: float) -> dict[str, Any]:
+    """Both relays, one after the other on the same server: {"polling": {...}, "logical": {...}}."""
     os.environ.update(
         {
             "AWS_ENDPOINT_URL_EVENTBRIDGE": moto_url,
@@ -195,22 +234,6 @@ def run(moto_url: str, data_dir: Path, orders: int, lag_rate: float, lag_seconds
     boto3.client("events", endpoint_url=moto_url).create_event_bus(Name=BUS)
     server = EmbeddedPostgres(data_dir)
     try:
-        location = server.database("bench")
-        settings = ConnectionSettings(
-            host=location.socket_dir,
-            port=location.port,
-            dbname=location.name,
-            user="postgres",
-            password=lambda _: None,
-        )
-        apply_migrations(settings)
-        database = Database(settings)
-        service = OrderService(PostgresOrderRepository(database, SETTINGS), SETTINGS)
-        results = {
-            "throughput": _throughput(database, service, orders),
-            "lag": _lag(service, settings, lag_rate, lag_seconds),
-        }
-        database.close()
-        return results
+        return {relay: _measure(server, relay, orders, lag_rate, lag_seconds) for relay in RELAYS}
     finally:
         server.stop()

@@ -1,0 +1,89 @@
+"""`make bench`'s chart of the three relays side by side, from the run's own figures (matplotlib, no
+display): the DynamoDB stream relay, and the PostgreSQL store's polling publisher and logical relay.
+
+Written next to the run's JSON (.bench/relay-comparison.png) and to docs/images/, where
+docs/performance.md and the README show it. Only what the run measured is drawn; the stream relay's
+lag is the local stack's relay hop (its poller reads a shard as soon as a function writes, sooner than
+Lambda's 4 reads a second), and is labelled so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tools.bench import cost_model
+
+RELAYS = ("DynamoDB\nstream relay", "PostgreSQL\npolling", "PostgreSQL\nlogical (WAL)")
+COLOURS = ("#4c72b0", "#dd8452", "#55a868")
+ORDERS_PER_MONTH = 1_000_000  # the cost panel: a million orders a month, the fixed costs included
+
+
+def relay_figures(results: dict[str, Any]) -> dict[str, list[float | None]]:
+    """The chart's numbers, relay by relay in RELAYS' order (None: not measured for that relay)."""
+    postgres = [results["postgres_relays"][relay] for relay in ("polling", "logical")]
+    hop = results.get("latency", {}).get("median_hop_ms", {}).get("relay OrderCreated")
+    fixed = sum(cost_model.postgres_fixed_per_month().values())
+    scale = ORDERS_PER_MONTH / 1_000_000
+    return {
+        "lag_p50_ms": [hop, *(p["lag"]["p50_ms"] for p in postgres)],
+        "lag_p99_ms": [None, *(p["lag"]["p99_ms"] for p in postgres)],
+        "events_per_second": [
+            results["relay"]["ours"]["events_per_second_median"],
+            *(p["throughput"]["events_per_second"] for p in postgres),
+        ],
+        "sql_statements_per_event": [None, *(p["throughput"]["sql_statements_per_event"] for p in postgres)],
+        "database_cpu_ms_per_event": [
+            None,
+            *(p["throughput"]["database_cpu_ms_per_event"] for p in postgres),
+        ],
+        "cost_per_month": [
+            cost_model.cost_per_million_orders(results, "ours")["total"] * scale,
+            *(
+                cost_model.postgres_cost_per_million_orders(results, relay)["total"] * scale + fixed
+                for relay in ("polling", "logical")
+            ),
+        ],
+    }
+
+
+def write_relay_comparison(results: dict[str, Any], paths: list[Path]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a build machine
+    import matplotlib.pyplot as plt
+
+    figures = relay_figures(results)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), layout="constrained")
+    panels = (
+        ("publish lag, ms (p50 bar, p99 tick)", "lag_p50_ms", "{:.0f}"),
+        ("events/s, one relay in process", "events_per_second", "{:.0f}"),
+        ("database CPU, ms per event", "database_cpu_ms_per_event", "{:.2f}"),
+        (f"$ per month at {ORDERS_PER_MONTH / 1e6:.0f}M orders", "cost_per_month", "${:.0f}"),
+    )
+    for axis, (title, key, label) in zip(axes, panels, strict=True):
+        values = figures[key]
+        heights = [value or 0.0 for value in values]
+        bars = axis.bar(range(len(RELAYS)), heights, color=COLOURS)
+        for bar, value in zip(bars, values, strict=True):
+            text = label.format(value) if value is not None else "n/a"
+            axis.annotate(
+                text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom"
+            )
+        if key == "lag_p50_ms":
+            for index, p99 in enumerate(figures["lag_p99_ms"]):
+                if p99 is not None:
+                    axis.plot([index - 0.3, index + 0.3], [p99, p99], color="black")
+                    axis.annotate(f"p99 {p99:.0f}", (index, p99), ha="center", va="bottom", fontsize=8)
+        axis.set_title(title, fontsize=10)
+        axis.set_xticks(range(len(RELAYS)), RELAYS, fontsize=8)
+        axis.margins(y=0.2)
+    fig.suptitle(
+        f"make bench {results['date'][:10]}: the three relays on one machine "
+        "(stream relay lag: the local stack's hop, median only)",
+        fontsize=11,
+    )
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=90)
+    plt.close(fig)
