@@ -150,3 +150,51 @@ def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(saga_
 
     events = saga_stack.wait_for(handled, SAGA_SECONDS, "every consumer handled the saga")
     assert {event["correlationid"] for _, event in events} == {correlation}
+
+
+def test_one_saga_is_one_trace_from_the_api_to_the_notification(saga_stack: LocalStack, sku):
+    """The order API's trace reaches every event of its saga: each envelope's traceparent (the CloudEvents
+    tracing extension) names one trace id, and each consumer received its message with that trace as its
+    AWSTraceHeader, as EventBridge hands a PutEvents TraceHeader to an SQS target. Another order is
+    another trace."""
+    from shop.domain.tracing import from_traceparent, from_xray_header
+
+    def place_one() -> str:
+        response = requests.post(
+            f"{saga_stack.api_url}/orders",
+            json={
+                "customerId": "c-tr",
+                "currency": "USD",
+                "items": [{"sku": sku(2), "quantity": 1, "unitPrice": 1}],
+            },
+            timeout=10,
+        )
+        order_id: str = response.json()["orderId"]
+        return order_id
+
+    def deliveries(order_id: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]] | None:
+        seen = [
+            (invocation.function, json.loads(record["body"])["detail"], record.get("attributes", {}))
+            for invocation in saga_stack.activity.invocations()
+            if invocation.trigger == "sqs"
+            for record in invocation.records
+            if json.loads(record["body"]).get("detail", {}).get("subject") == order_id
+        ]
+        consumers = {"InventoryFunction", "OrderStatusFunction", "NotificationFunction"}
+        return seen if {function for function, _, _ in seen} == consumers else None
+
+    trace_ids = []
+    for order_id in (place_one(), place_one()):
+        seen = saga_stack.wait_for(
+            lambda o=order_id: deliveries(o), SAGA_SECONDS, "every consumer handled it"
+        )
+        contexts = [from_traceparent(event.get("traceparent")) for _, event, _ in seen]
+        assert None not in contexts, [event.get("traceparent") for _, event, _ in seen]
+        assert len({context.trace_id for context in contexts if context}) == 1
+        trace_id = contexts[0].trace_id if contexts[0] else ""
+        for function, event, attributes in seen:
+            carried = from_xray_header(attributes.get("AWSTraceHeader"))
+            assert carried is not None, (function, event["type"], attributes)
+            assert carried.trace_id == trace_id, (function, event["type"])
+        trace_ids.append(trace_id)
+    assert trace_ids[0] != trace_ids[1]

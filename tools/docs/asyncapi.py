@@ -48,6 +48,11 @@ ATTRIBUTES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "correlationid": ("Extension: the request that started the saga (X-Correlation-Id).", {}),
     "causationid": ("Extension: the id of the event that caused this one; absent on API-made events.", {}),
+    "traceparent": (
+        "Extension (CloudEvents distributed tracing): the W3C trace context of the write that produced the "
+        "event, from its X-Ray trace (one trace id for a whole saga); absent when the writer was not traced.",
+        {"pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"},
+    ),
     "data": ("The event's data; its schema depends on type.", {}),
 }
 _JSON_TYPES = {str: "string", int: "integer", dict: "object"}
@@ -55,15 +60,19 @@ _JSON_TYPES = {str: "string", int: "integer", dict: "object"}
 
 def _sample_envelope() -> dict[str, Any]:
     """An envelope as the code writes it, with every optional attribute set, for its attribute order."""
-    return CloudEvent.new(
-        source="sample",
-        type="Sample",
-        subject="sample",
-        sequence=1,
-        data={},
-        correlation_id="sample",
-        causation_id="sample",
-    ).to_dict()
+    return (
+        CloudEvent.new(
+            source="sample",
+            type="Sample",
+            subject="sample",
+            sequence=1,
+            data={},
+            correlation_id="sample",
+            causation_id="sample",
+        )
+        .traced("Root=1-00000001-000000000000000000000001;Parent=0000000000000001;Sampled=1")
+        .to_dict()
+    )
 
 
 def envelope_schema() -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""moto server with one correction to moto's SQS: `python -m moto.server` plus serialise_sqs_deletes.
+"""moto server with one correction to moto's SQS (serialise_sqs_deletes) and one behaviour of
+EventBridge moto lacks (pass_trace_headers_to_sqs_targets): `python -m moto.server` plus those two.
 
 Started by tools.local.services.emulators as
 `python -m tools.local.services.moto_server -H 127.0.0.1 -p PORT` (the arguments of
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -44,8 +46,49 @@ def serialise_sqs_deletes() -> None:
     Queue.delete_message = locked_delete_message  # type: ignore[method-assign]
 
 
+_put_events_entry = threading.local()
+
+
+def pass_trace_headers_to_sqs_targets() -> None:
+    """EventBridge passes a PutEvents entry's TraceHeader to its targets; an SQS target gets it as the
+    message's AWSTraceHeader system attribute, not in the event (EventBridge user guide, "Amazon
+    EventBridge integration with AWS X-Ray": "EventBridge passes the original trace header to the
+    target"; "The trace header is not available on the event that's delivered to the invocation
+    target"). moto drops it; the saga's one trace (shop.runtime.trace_context) depends on it, so each
+    entry is put on its own here with its header in a thread-local, which the SQS send of its delivery
+    reads (an SQS SendMessage from a client runs in another request's thread and never sees it).
+    tests/conformance/test_trace_propagation.py checks it."""
+    from moto.events.models import EventsBackend
+    from moto.sqs.models import SQSBackend
+
+    put_events = EventsBackend.put_events
+    send_message = SQSBackend.send_message
+
+    @functools.wraps(put_events)
+    def put_events_one_by_one(self: Any, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        for entry in events:
+            _put_events_entry.trace_header = entry.get("TraceHeader")
+            try:
+                results.extend(put_events(self, [entry]))
+            finally:
+                _put_events_entry.trace_header = None
+        return results
+
+    @functools.wraps(send_message)
+    def send_message_with_trace_header(self: Any, *args: Any, **kwargs: Any) -> Any:
+        header = getattr(_put_events_entry, "trace_header", None)  # set only while this thread delivers
+        if header and not kwargs.get("system_attributes"):
+            kwargs["system_attributes"] = {"AWSTraceHeader": {"DataType": "String", "StringValue": header}}
+        return send_message(self, *args, **kwargs)
+
+    EventsBackend.put_events = put_events_one_by_one  # type: ignore[method-assign]
+    SQSBackend.send_message = send_message_with_trace_header  # type: ignore[method-assign]
+
+
 def main(argv: list[str]) -> None:
     serialise_sqs_deletes()
+    pass_trace_headers_to_sqs_targets()
     from moto import server
 
     server.main(argv)

@@ -62,8 +62,9 @@ def outbox_item(
     """The DynamoDB item (attribute-value form) for one outbox event.
 
     Kept small (write units are per started KB): the envelope holds the event's source and time, so
-    they are not repeated as attributes.
+    they are not repeated as attributes. The envelope carries the writer's trace context (traceparent).
     """
+    event = event.traced(trace_header)
     ensure_publishable(event, max_event_bytes)
     occurred = parse_time(event.time)
     item: dict[str, Any] = {

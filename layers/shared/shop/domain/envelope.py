@@ -1,18 +1,22 @@
 """The event envelope: CloudEvents 1.0 (JSON format) plus the extensions this system relies on.
 
 Extensions: `sequence` (the aggregate version after the change, an integer), `correlationid`
-(the originating request), `causationid` (the event that caused this one, if any).
+(the originating request), `causationid` (the event that caused this one, if any), and `traceparent`
+(the CloudEvents distributed-tracing extension: the W3C trace context of the write that produced the
+event, for consumers outside AWS; shop.domain.tracing). A missing or malformed traceparent never
+makes an event invalid: tracing is best effort.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from shop.domain.errors import InvalidEnvelope
+from shop.domain.tracing import from_xray_header
 
 SPEC_VERSION = "1.0"
 CONTENT_TYPE = "application/json"
@@ -67,6 +71,7 @@ class CloudEvent:
     correlationid: str
     data: dict[str, Any] = field(default_factory=dict)
     causationid: str | None = None
+    traceparent: str | None = None
     specversion: str = SPEC_VERSION
     datacontenttype: str = CONTENT_TYPE
 
@@ -109,8 +114,16 @@ class CloudEvent:
         }
         if self.causationid is not None:
             out["causationid"] = self.causationid
+        if self.traceparent is not None:
+            out["traceparent"] = self.traceparent
         out["data"] = self.data
         return out
+
+    def traced(self, trace_header: str | None) -> CloudEvent:
+        """This event with the trace context of an X-Ray trace header as its traceparent (unchanged when
+        the header carries none)."""
+        context = from_xray_header(trace_header)
+        return self if context is None else replace(self, traceparent=context.traceparent)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
@@ -154,6 +167,7 @@ class CloudEvent:
             sequence=sequence,
             correlationid=raw["correlationid"],
             causationid=causation,
+            traceparent=raw["traceparent"] if isinstance(raw.get("traceparent"), str) else None,
             data=raw["data"],
             datacontenttype=raw.get("datacontenttype", CONTENT_TYPE),
         )

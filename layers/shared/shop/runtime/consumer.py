@@ -29,6 +29,7 @@ from shop.domain.errors import InvalidEnvelope
 from shop.runtime import invocation
 from shop.runtime.config import Settings
 from shop.runtime.observability import logger, metrics
+from shop.runtime.trace_context import continuing
 
 
 def cloud_event_from_sqs_body(body: str) -> CloudEvent:
@@ -126,7 +127,8 @@ class IdempotentConsumer:
         logger.remove_keys(list(_PER_MESSAGE_KEYS))
         event = cloud_event_from_sqs_body(record.body)
         logger.append_keys(correlation_id=event.correlationid, causation_id=event.id, event_type=event.type)
-        result: dict[str, str] = self._apply_once(event=event.to_dict())
+        with continuing(record.attributes.aws_trace_header):  # the saga's trace, not this invocation's
+            result: dict[str, str] = self._apply_once(event=event.to_dict())
         return result
 
 

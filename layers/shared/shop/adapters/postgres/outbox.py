@@ -84,7 +84,8 @@ class OutboxRow:
 def insert_outbox_row(
     cursor: psycopg.Cursor[Any], event: CloudEvent, *, max_event_bytes: int, trace_header: str | None
 ) -> None:
-    """Write one event to the outbox, in the caller's transaction."""
+    """Write one event to the outbox, in the caller's transaction, with the writer's trace context."""
+    event = event.traced(trace_header)
     ensure_publishable(event, max_event_bytes)
     cursor.execute(
         _INSERT, (event.id, event.subject, event.sequence, event.type, event.to_json(), trace_header)
@@ -125,6 +126,16 @@ def mark_parked(cursor: psycopg.Cursor[Any], position: int, reason: str) -> None
         " WHERE position = %s",
         (reason[:1000], position),
     )
+
+
+def parked_among(cursor: psycopg.Cursor[Any], positions: list[int]) -> set[int]:
+    """The rows among `positions` marked parked (committed marks: the logical relay's rows re-read)."""
+    if not positions:
+        return set()
+    cursor.execute(
+        "SELECT position FROM outbox WHERE position = ANY(%s) AND parked_at IS NOT NULL", (positions,)
+    )
+    return {position for (position,) in cursor.fetchall()}
 
 
 def mark_failed(cursor: psycopg.Cursor[Any], positions: list[int], error: str) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from shop.adapters.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderRepository, OrderService
 from shop.runtime import invocation
-from shop.runtime.config import Settings, trace_header_from_env
+from shop.runtime.config import Settings
+from shop.runtime.trace_context import outbox_trace_header
 
 
 def order_repository(settings: Settings, *, inbox_consumer: str | None = None) -> OrderRepository:
@@ -21,11 +22,11 @@ def order_repository(settings: Settings, *, inbox_consumer: str | None = None) -
         return PostgresOrderRepository(
             order_database(settings),
             settings,
-            trace_header=trace_header_from_env,
+            trace_header=outbox_trace_header,
             inbox_consumer=inbox_consumer,
         )
     return DynamoOrderRepository(
-        settings, trace_header=trace_header_from_env, seconds_left=invocation.seconds_left
+        settings, trace_header=outbox_trace_header, seconds_left=invocation.seconds_left
     )
 
 

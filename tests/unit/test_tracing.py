@@ -1,0 +1,84 @@
+"""Trace context (shop.domain.tracing): X-Ray's trace header and the W3C traceparent it maps to, as the
+X-Ray developer guide ("Tracing header", W3C trace ids) and W3C Trace Context define them."""
+
+from __future__ import annotations
+
+import pytest
+
+from shop.domain.tracing import TraceContext, from_traceparent, from_xray_header
+
+# The X-Ray developer guide's example header, with a sampling decision.
+HEADER = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+
+def test_an_xray_header_maps_to_the_w3c_traceparent_with_the_same_trace_and_parent() -> None:
+    context = from_xray_header(HEADER)
+
+    assert context == TraceContext("5759e988bd862e3fe1be46a994272793", "53995c3f42cd8ad8", sampled=True)
+    assert context.traceparent == "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
+    assert context.xray_root == "1-5759e988-bd862e3fe1be46a994272793"
+
+
+def test_an_unsampled_header_gives_the_unsampled_flag() -> None:
+    context = from_xray_header(HEADER.replace("Sampled=1", "Sampled=0"))
+    assert context is not None
+    assert context.traceparent.endswith("-00")
+
+
+def test_field_order_and_lambdas_lineage_field_do_not_matter() -> None:
+    header = "Parent=53995c3f42cd8ad8;Sampled=1;Lineage=a87bd80c:0;Root=1-5759e988-bd862e3fe1be46a994272793"
+    assert from_xray_header(header) == from_xray_header(HEADER)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1",  # no parent: nothing to be a child of
+        "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=0000000000000000",
+        "Root=2-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8",  # unknown version
+        "Root=1-5759e988-bd862e3fe1be46a99427279;Parent=53995c3f42cd8ad8",  # 23 hex digits
+        "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad",
+        "not a header",
+    ],
+)
+def test_a_header_without_a_valid_root_and_parent_gives_no_context(header: str | None) -> None:
+    assert from_xray_header(header) is None
+
+
+def test_a_traceparent_round_trips_and_invalid_ones_are_ignored() -> None:
+    value = "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
+    context = from_traceparent(value)
+    assert context is not None
+    assert context.traceparent == value
+    assert from_traceparent("00-" + "0" * 32 + "-53995c3f42cd8ad8-01") is None  # all-zero trace id
+    assert from_traceparent("01-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01") is None
+    assert from_traceparent("00-5759E988BD862E3FE1BE46A994272793-53995c3f42cd8ad8-01") is None  # uppercase
+
+
+def test_an_event_written_with_a_trace_header_carries_its_traceparent_and_reads_back() -> None:
+    from shop.domain.envelope import CloudEvent
+
+    event = CloudEvent.new(
+        source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+    )
+
+    traced = event.traced(HEADER)
+
+    assert traced.to_dict()["traceparent"] == "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
+    assert CloudEvent.from_json(traced.to_json()) == traced
+    assert traced.id == event.id  # the trace is not part of the event's identity
+    assert event.traced(None) is event
+    assert "traceparent" not in event.to_dict()
+
+
+def test_a_malformed_traceparent_never_makes_an_event_invalid() -> None:
+    from shop.domain.envelope import CloudEvent
+
+    raw = CloudEvent.new(
+        source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+    ).to_dict()
+
+    assert CloudEvent.from_dict({**raw, "traceparent": 42}).traceparent is None
+    assert CloudEvent.from_dict({**raw, "traceparent": "garbage"}).traceparent == "garbage"  # kept as sent
