@@ -87,3 +87,74 @@ def write_relay_comparison(results: dict[str, Any], paths: list[Path]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def relay_comparison_markdown(results: dict[str, Any]) -> str:
+    """The same figures as the chart, as the table docs/performance.md shows (one column per relay)."""
+    postgres = {relay: results["postgres_relays"][relay] for relay in ("polling", "logical")}
+    figures = relay_figures(results)
+    fixed = sum(cost_model.postgres_fixed_per_month().values())
+    variable = [
+        cost_model.cost_per_million_orders(results, "ours")["total"],
+        *(cost_model.postgres_cost_per_million_orders(results, relay)["total"] for relay in postgres),
+    ]
+    even = [cost_model.break_even_orders_per_month(results, relay) for relay in postgres]
+    stream = results["relay"]["ours"]
+
+    def cells(values: list[str]) -> str:
+        return "| " + " | ".join(values) + " |"
+
+    lag = [
+        f"local stack hop median {figures['lag_p50_ms'][0]:.0f} ms (the emulator reads a shard as soon as a "
+        "function writes; Lambda polls a shard 4 times a second)"
+        if figures["lag_p50_ms"][0] is not None
+        else "not measured (BENCH_PARTS without stack)",
+        *(f"p50 {p['lag']['p50_ms']:.0f} ms, p99 {p['lag']['p99_ms']:.0f} ms" for p in postgres.values()),
+    ]
+    rows = [
+        cells(["", "DynamoDB stream relay", "PostgreSQL, polling", "PostgreSQL, logical (WAL)"]),
+        cells(["---", "---:", "---:", "---:"]),
+        cells(
+            [
+                "PutEvents calls per event",
+                f"{stream['put_events_calls_per_event']:.4f}",
+                *(f"{p['throughput']['put_events_calls_per_event']:.4f}" for p in postgres.values()),
+            ]
+        ),
+        cells(["publish lag, write → bus (10 orders/s)", *lag]),
+        cells(
+            [
+                "events/s, one relay in process",
+                f"{stream['events_per_second_median']:,.0f}",
+                *(f"{p['throughput']['events_per_second']:,.0f}" for p in postgres.values()),
+            ]
+        ),
+        cells(
+            [
+                "database work per event published",
+                f"{stream['records_delivered_per_order']:.2f} stream records per order (read by Lambda)",
+                *(
+                    f"{p['throughput']['sql_statements_per_event']:.3f} SQL statements, "
+                    f"{p['throughput']['database_cpu_ms_per_event']:.3f} ms CPU"
+                    for p in postgres.values()
+                ),
+            ]
+        ),
+        cells(
+            [
+                "database CPU per order written",
+                "-",
+                *(f"{p['throughput']['database_write_cpu_ms_per_order']:.2f} ms" for p in postgres.values()),
+            ]
+        ),
+        cells(["variable cost per million orders", *(f"${value:,.2f}" for value in variable)]),
+        cells(["fixed cost per month", "$0", f"${fixed:,.2f}", f"${fixed:,.2f}"]),
+        cells(
+            [
+                "break-even with DynamoDB",
+                "-",
+                *(f"{value / 1e6:.1f} M orders/month" if value is not None else "none" for value in even),
+            ]
+        ),
+    ]
+    return "\n".join(rows)
