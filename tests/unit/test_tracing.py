@@ -82,3 +82,23 @@ def test_a_malformed_traceparent_never_makes_an_event_invalid() -> None:
 
     assert CloudEvent.from_dict({**raw, "traceparent": 42}).traceparent is None
     assert CloudEvent.from_dict({**raw, "traceparent": "garbage"}).traceparent == "garbage"  # kept as sent
+
+
+def test_the_relay_gets_the_x_ray_header_back_from_the_envelope_when_none_is_stored_beside_it() -> None:
+    from shop.domain.envelope import CloudEvent
+    from shop.domain.outbox import outbox_entry
+
+    envelope = (
+        CloudEvent.new(
+            source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+        )
+        .traced(HEADER)
+        .to_json()
+    )
+
+    assert outbox_entry(envelope, 262_144).trace_header == HEADER  # Root, Parent, Sampled, as written
+    assert (
+        outbox_entry(envelope, 262_144, "Root=1-1-2;Parent=3").trace_header == "Root=1-1-2;Parent=3"
+    )  # stored wins
+    untraced = CloudEvent.new(source="s", type="T", subject="o", sequence=1, data={}, correlation_id="c")
+    assert outbox_entry(untraced.to_json(), 262_144).trace_header is None

@@ -7,7 +7,9 @@ An outbox item is immutable once written. Its attributes:
     eventType, aggregateId, sequence   what the event is, readable without parsing the envelope
                      (the chaos fault injector tells a transaction's kind by them)
     outboxBucket, outboxTime   sparse time index for replay (shop.adapters.keys)
-    traceHeader      X-Ray trace header of the writer, when tracing is active
+    traceHeader      X-Ray trace header of the writer: only on items written before the envelope
+                     carried it (read, never written: the relay derives the header from the envelope's
+                     traceparent, which saved an item from crossing 1 KB)
     expiresAt        TTL (epoch seconds); outlives the 24 h stream retention
 
 Nothing else: every byte counts towards the item's write units (1 per KB, 2 in a transaction); the
@@ -64,7 +66,7 @@ def outbox_item(
     Kept small (write units are per started KB): the envelope holds the event's source and time, so
     they are not repeated as attributes. The envelope carries the writer's trace context (traceparent).
     """
-    event = event.traced(trace_header)
+    event = event.traced(trace_header)  # the trace rides in the envelope, not in an attribute of its own
     ensure_publishable(event, max_event_bytes)
     occurred = parse_time(event.time)
     item: dict[str, Any] = {
@@ -77,8 +79,6 @@ def outbox_item(
         "sequence": {"N": str(event.sequence)},
         EXPIRES_AT: {"N": str(int((occurred + timedelta(days=ttl_days)).timestamp()))},
     }
-    if trace_header:
-        item[TRACE_HEADER] = {"S": trace_header}
     return item
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from shop.domain.envelope import CloudEvent, entry_size
 from shop.domain.errors import EventTooLarge, InvalidEnvelope
+from shop.domain.tracing import from_traceparent
 
 
 def ensure_publishable(event: CloudEvent, max_event_bytes: int) -> None:
@@ -39,7 +40,9 @@ class OutboxEntry:
 
 
 def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None = None) -> OutboxEntry:
-    """The publishable entry for a stored envelope, or InvalidEnvelope (a poison record).
+    """The publishable entry for a stored envelope, or InvalidEnvelope (a poison record). Its X-Ray trace
+    header (PutEvents' TraceHeader) is the one stored beside the envelope, or else the envelope's own
+    traceparent written back in X-Ray's form.
 
     Every failure to decode is InvalidEnvelope: decoding is pure (no I/O), so an exception here is the
     record's own fault and repeats on every retry. Anything else escaping would fail the relay's whole
@@ -65,6 +68,11 @@ def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None =
         sequence=event.sequence,
         occurred_at=event.time,
         correlation_id=event.correlationid,
-        trace_header=trace_header,
+        trace_header=trace_header or _xray_header(event.traceparent),
         size=size,
     )
+
+
+def _xray_header(traceparent: str | None) -> str | None:
+    context = from_traceparent(traceparent)
+    return context.xray_header if context else None

@@ -33,6 +33,10 @@ class TraceContext:
     def xray_root(self) -> str:
         return f"1-{self.trace_id[:8]}-{self.trace_id[8:]}"
 
+    @property
+    def xray_header(self) -> str:
+        return f"Root={self.xray_root};Parent={self.parent_id};Sampled={1 if self.sampled else 0}"
+
 
 def from_xray_header(header: str | None) -> TraceContext | None:
     """The trace context of an X-Ray trace header; None when it has no valid Root and Parent (then there
