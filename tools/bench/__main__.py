@@ -51,7 +51,6 @@ from tools.bench import (
 )
 
 OUT_DIR = ROOT / ".bench"
-CHART = "relay-comparison.png"  # the three relays side by side (tools/bench/charts.py)
 Check = Callable[[dict[str, Any]], bool]
 # Targets are what users pay for on AWS: relay calls, write units, cold start (and the cost model they
 # feed). The local stack's latency is reported, never a target: it measures moto and DynamoDB Local,
@@ -178,7 +177,7 @@ def main() -> int:
         results["cost_per_million_orders"] = {
             relay: cost_model.cost_per_million_orders(results, relay) for relay in ("ours", "baseline")
         }
-        charts.write_relay_comparison(results, [OUT_DIR / CHART, ROOT / "docs" / "images" / CHART])
+        _write_charts(results)
     # The capacity report alone has no target: none is listed as missed then.
     targeted = bool(parts - {"capacity"})
     results["targets"] = {name: _met(check, results) for name, check in TARGETS.items()} if targeted else {}
@@ -190,6 +189,18 @@ def main() -> int:
         print()
         print(cost_model.render(results))
     return 0
+
+
+def _write_charts(results: dict[str, Any]) -> None:
+    """Each chart next to the run's JSON and in docs/images (tools/bench/charts.py)."""
+    drawn = [
+        ("relay-comparison.png", charts.write_relay_comparison),
+        ("cost-by-service.png", charts.write_cost_by_service),
+    ]
+    if "latency" in results:
+        drawn.append(("latency-distribution.png", charts.write_latency_distribution))
+    for name, draw in drawn:
+        draw(results, [OUT_DIR / name, ROOT / "docs" / "images" / name])
 
 
 def _met(check: Check, results: dict[str, Any]) -> bool:

@@ -1,10 +1,12 @@
-"""`make bench`'s chart of the three relays side by side, from the run's own figures (matplotlib, no
-display): the DynamoDB stream relay, and the PostgreSQL store's polling publisher and logical relay.
-
-Written next to the run's JSON (.bench/relay-comparison.png) and to docs/images/, where
-docs/performance.md and the README show it. Only what the run measured is drawn; the stream relay's
-lag is the local stack's relay hop (its poller reads a shard as soon as a function writes, sooner than
-Lambda's 4 reads a second), and is labelled so.
+"""`make bench`'s charts, from the run's own figures (matplotlib, no display), written next to the run's
+JSON (.bench/*.png) and to docs/images/, where docs/performance.md and the README show them:
+- relay-comparison.png: the DynamoDB stream relay, and the PostgreSQL store's polling publisher and
+  logical relay side by side (the stream relay's lag is the local stack's relay hop: its poller reads a
+  shard as soon as a function writes, sooner than Lambda's 4 reads a second, and is labelled so);
+- latency-distribution.png: POST → CONFIRMED and POST → notification of every order of the local
+  stack's latency run (a report: the emulators' times, not AWS's);
+- cost-by-service.png: cost per million orders by AWS service, for each store and relay.
+Only what the run measured is drawn.
 """
 
 from __future__ import annotations
@@ -47,11 +49,24 @@ def relay_figures(results: dict[str, Any]) -> dict[str, list[float | None]]:
     }
 
 
-def write_relay_comparison(results: dict[str, Any], paths: list[Path]) -> None:
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a build machine
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, paths: list[Path]) -> None:
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=90)
+    _pyplot().close(fig)
+
+
+def write_relay_comparison(results: dict[str, Any], paths: list[Path]) -> None:
+    plt = _pyplot()
 
     figures = relay_figures(results)
     fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), layout="constrained")
@@ -83,10 +98,80 @@ def write_relay_comparison(results: dict[str, Any], paths: list[Path]) -> None:
         "(stream relay lag: the local stack's hop, median only)",
         fontsize=11,
     )
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, paths)
+
+
+def write_latency_distribution(results: dict[str, Any], paths: list[Path]) -> None:
+    """Cumulative distribution of the latency run's orders (each order a point): where p50 and p99 sit."""
+    plt = _pyplot()
+    latency = results["latency"]
+    fig, axis = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    for key, label in (
+        ("post_to_confirmed", "POST → CONFIRMED"),
+        ("post_to_notification", "POST → notification"),
+    ):
+        samples = latency[key].get("samples_ms", [])
+        if samples:
+            share = [(index + 1) / len(samples) for index in range(len(samples))]
+            axis.step(
+                samples,
+                share,
+                where="post",
+                label=f"{label} (p50 {latency[key]['p50_ms']:.0f} ms, p99 {latency[key]['p99_ms']:.0f} ms)",
+            )
+    axis.set_xlabel("ms")
+    axis.set_ylabel("share of orders")
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right")
+    axis.set_title(
+        f"local stack, {latency['offered_rate_per_s']:.0f} orders/s for {latency['seconds']:.0f} s "
+        f"({latency['orders_accepted']} orders; emulators' times, not AWS's)",
+        fontsize=10,
+    )
+    _save(fig, paths)
+
+
+STORES = (("dynamodb", None), ("postgres, polling", "polling"), ("postgres, logical", "logical"))
+
+
+def cost_by_service(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Cost per million orders by line item (the cost model's), for each store and relay."""
+    out: dict[str, dict[str, float]] = {}
+    for label, relay in STORES:
+        lines = (
+            cost_model.cost_per_million_orders(results, "ours")
+            if relay is None
+            else cost_model.postgres_cost_per_million_orders(results, relay)
+        )
+        out[label] = {name: value for name, value in lines.items() if name != "total"}
+    return out
+
+
+def write_cost_by_service(results: dict[str, Any], paths: list[Path]) -> None:
+    plt = _pyplot()
+    costs = cost_by_service(results)
+    services = [
+        name for name in next(iter(costs.values())) if any(c.get(name, 0) > 0 for c in costs.values())
+    ]
+    services += [name for c in costs.values() for name in c if name not in services and c[name] > 0]
+    fig, axis = plt.subplots(figsize=(9, 4.6), layout="constrained")
+    bottoms = [0.0] * len(costs)
+    colours = plt.get_cmap("tab20").colors
+    for index, service in enumerate(services):
+        heights = [c.get(service, 0.0) for c in costs.values()]
+        axis.bar(list(costs), heights, bottom=bottoms, label=service, color=colours[index % len(colours)])
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    for position, total in enumerate(bottoms):
+        axis.annotate(f"${total:,.2f}", (position, total), ha="center", va="bottom")
+    axis.set_ylabel("$ per million orders (variable)")
+    axis.set_title(
+        "cost per million orders by service, us-east-1 list prices (postgres adds "
+        f"${sum(cost_model.postgres_fixed_per_month().values()):,.2f} a month)",
+        fontsize=10,
+    )
+    axis.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    axis.margins(y=0.15)
+    _save(fig, paths)
 
 
 def relay_comparison_markdown(results: dict[str, Any]) -> str:

@@ -163,12 +163,13 @@ def run(
         hops[hop] = 1000 * statistics.median(deltas) if deltas else float("nan")
         previous = hop
 
-    def summary(values: list[float]) -> dict[str, float]:
+    def summary(values: list[float]) -> dict[str, Any]:
         return {
             "p50_ms": 1000 * _percentile(values, 0.50),
             "p95_ms": 1000 * _percentile(values, 0.95),
             "p99_ms": 1000 * _percentile(values, 0.99),
             "count": len(values),
+            "samples_ms": sorted(round(1000 * value, 1) for value in values),  # the distribution chart's
         }
 
     return {

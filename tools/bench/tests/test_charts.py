@@ -64,3 +64,33 @@ def test_the_table_has_a_column_per_relay_and_prices_each() -> None:
     assert "p50 90 ms, p99 180 ms" in lag
     logical = cost_model.postgres_cost_per_million_orders(bench, "logical")["total"]
     assert f"${logical:,.2f} |" in next(line for line in table if line.startswith("| variable"))
+
+
+def test_cost_by_service_adds_up_to_each_stores_total() -> None:
+    bench = results()
+    costs = charts.cost_by_service(bench)
+
+    assert list(costs) == ["dynamodb", "postgres, polling", "postgres, logical"]
+    assert sum(costs["dynamodb"].values()) == pytest.approx(
+        cost_model.cost_per_million_orders(bench, "ours")["total"]
+    )
+    logical = cost_model.postgres_cost_per_million_orders(bench, "logical")["total"]
+    assert sum(costs["postgres, logical"].values()) == pytest.approx(logical)
+    assert costs["dynamodb"].get("Aurora I/O", 0.0) == 0.0
+
+
+def test_the_latency_and_cost_charts_are_written_as_pngs(tmp_path: Path) -> None:
+    bench = results()
+    bench["latency"].update(
+        offered_rate_per_s=4.0,
+        seconds=30.0,
+        orders_accepted=3,
+        post_to_confirmed={"p50_ms": 120.0, "p99_ms": 200.0, "samples_ms": [100.0, 120.0, 200.0]},
+        post_to_notification={"p50_ms": 190.0, "p99_ms": 300.0, "samples_ms": [150.0, 190.0, 300.0]},
+    )
+
+    charts.write_latency_distribution(bench, [tmp_path / "latency.png"])
+    charts.write_cost_by_service(bench, [tmp_path / "cost.png"])
+
+    for name in ("latency.png", "cost.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
