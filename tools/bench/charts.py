@@ -150,10 +150,8 @@ def cost_by_service(results: dict[str, Any]) -> dict[str, dict[str, float]]:
 def write_cost_by_service(results: dict[str, Any], paths: list[Path]) -> None:
     plt = _pyplot()
     costs = cost_by_service(results)
-    services = [
-        name for name in next(iter(costs.values())) if any(c.get(name, 0) > 0 for c in costs.values())
-    ]
-    services += [name for c in costs.values() for name in c if name not in services and c[name] > 0]
+    named = dict.fromkeys(name for lines in costs.values() for name in lines)  # every item once, in order
+    services = [name for name in named if any(lines.get(name, 0.0) > 0 for lines in costs.values())]
     fig, axis = plt.subplots(figsize=(9, 4.6), layout="constrained")
     bottoms = [0.0] * len(costs)
     colours = plt.get_cmap("tab20").colors
@@ -170,7 +168,7 @@ def write_cost_by_service(results: dict[str, Any], paths: list[Path]) -> None:
         fontsize=10,
     )
     axis.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    axis.margins(y=0.15)
+    axis.set_ylim(0, max(bottoms) * 1.15)
     _save(fig, paths)
 
 

@@ -79,6 +79,27 @@ def test_cost_by_service_adds_up_to_each_stores_total() -> None:
     assert costs["dynamodb"].get("Aurora I/O", 0.0) == 0.0
 
 
+def test_the_cost_chart_stacks_each_item_once_to_each_stores_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.axes
+
+    stacked: list[tuple[str, list[float]]] = []
+    bar = matplotlib.axes.Axes.bar
+
+    def recording_bar(self: Any, x: Any, height: Any, *args: Any, **kwargs: Any) -> Any:
+        stacked.append((kwargs["label"], list(height)))
+        return bar(self, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", recording_bar)
+    bench = results()
+    charts.write_cost_by_service(bench, [])
+
+    labels = [label for label, _ in stacked]
+    assert len(labels) == len(set(labels)), labels
+    totals = [sum(heights[i] for _, heights in stacked) for i in range(3)]
+    expected = [sum(lines.values()) for lines in charts.cost_by_service(bench).values()]
+    assert totals == pytest.approx(expected)
+
+
 def test_the_latency_and_cost_charts_are_written_as_pngs(tmp_path: Path) -> None:
     bench = results()
     bench["latency"].update(
