@@ -5,7 +5,10 @@ the PostgreSQL store) runs the same harness at full size. First, the harness's o
 from __future__ import annotations
 
 import copy
+import importlib
 import json
+import sys
+import types
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +19,9 @@ import pytest
 import requests
 from botocore.client import BaseClient
 
+from shop.adapters.postgres import replication
+from shop.adapters.postgres.outbox import OutboxRow
+from shop.adapters.postgres.replication import DecodedTransaction, SlotChanges
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import outbox_entry
 from tools.chaos import faults, poison
@@ -47,9 +53,15 @@ from tools.chaos.plan import (
     POSTGRES_HARNESS_KINDS,
     POSTGRES_NOT_APPLICABLE,
     RELAY,
+    RELAY_CRASH_AFTER_ADVANCE,
     RELAY_CRASH_AFTER_PUT,
     RELAY_KINDS,
+    SLOT_KINDS,
     WORKER_KINDS,
+    FaultSpec,
+    FunctionPlan,
+    Plan,
+    not_applicable,
 )
 from tools.chaos.publishers import PUBLISHER
 from tools.chaos.report import render
@@ -265,8 +277,115 @@ def test_with_postgres_the_publisher_is_a_relay_and_faults_without_their_hook_ar
         ChaosConfig(orders=40), chaos_template(ChaosConfig()), tmp_path / "l", tmp_path / "s"
     )
     assert CRASH_AFTER_WRITE in dynamodb.functions["OrderStatusFunction"].faults
+    assert all(RELAY_CRASH_AFTER_ADVANCE not in f.faults for f in dynamodb.functions.values())  # no slot
     with pytest.raises(ValueError, match="order_store"):
         ChaosConfig(order_store="mysql")
+
+
+def test_the_crash_after_a_slot_advance_is_planned_for_the_logical_relay_only(tmp_path: Path):
+    logical = ChaosConfig(orders=40, order_store="postgres", postgres_relay="logical")
+    polling = ChaosConfig(orders=40, order_store="postgres")
+    templates = {
+        relay: chaos_template(config) for relay, config in (("logical", logical), ("polling", polling))
+    }
+    plans = {
+        relay: fault_plan(config, templates[relay], tmp_path / "ledger", tmp_path / "state").functions
+        for relay, config in (("logical", logical), ("polling", polling))
+    }
+
+    assert templates["logical"].parameter_values["PostgresRelay"] == "logical"
+    assert templates["polling"].parameter_values["PostgresRelay"] == "polling"
+    assert set(plans["logical"][PUBLISHER].faults) == {*RELAY_KINDS, RELAY_CRASH_AFTER_ADVANCE}
+    assert plans["logical"][PUBLISHER].faults[RELAY_CRASH_AFTER_ADVANCE].ensure  # at least once a run
+    # The stream relay (inventory's outbox) has no slot, whatever the order store's relay.
+    assert set(plans["logical"]["OutboxRelayFunction"].faults) == set(RELAY_KINDS)
+    assert set(plans["polling"][PUBLISHER].faults) == set(RELAY_KINDS)
+    # Polling names it as not applicable, as the DynamoDB hooks are named on postgres.
+    assert not_applicable(True, "polling") == {**POSTGRES_NOT_APPLICABLE, PUBLISHER: SLOT_KINDS}
+    assert not_applicable(True, "logical") == POSTGRES_NOT_APPLICABLE
+    assert not_applicable(False, "polling") == {}
+    with pytest.raises(ValueError, match="needs order_store 'postgres'"):
+        ChaosConfig(postgres_relay="logical")
+    with pytest.raises(ValueError, match="postgres_relay must be one of"):
+        chaos_template(ChaosConfig(order_store="postgres", postgres_relay="wal2json"))
+
+
+def _slot_changes(*transactions: tuple[int, list[str]], read_to: int) -> SlotChanges:
+    moment = datetime(2026, 11, 25, tzinfo=UTC)
+    decoded = [
+        DecodedTransaction(
+            end,
+            moment,
+            [OutboxRow(n, event_id, "o-1", n, "{}", None, moment, 0) for n, event_id in enumerate(ids, 1)],
+        )
+        for end, ids in transactions
+    ]
+    return SlotChanges(decoded, read_to)
+
+
+def test_the_logical_relay_dies_after_a_slot_advance_past_outbox_rows_once_the_slot_has_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The hook on the logical relay module's advance_slot: the real advance first; a crash only when it
+    moved the slot past outbox rows (the first such advance: `ensure`), each recorded, up to the cap."""
+    spec = FunctionPlan(RELAY, 70.0, {RELAY_CRASH_AFTER_ADVANCE: FaultSpec(0.0, 1)})
+    plan = Plan(
+        seed=1,
+        stack_name="chaos",
+        ledger=str(tmp_path / "ledger.jsonl"),
+        state_dir=str(tmp_path / "state"),
+        max_receive_count=5,
+        client_timeout_seconds=3.0,
+        idempotency_table="idempotency",
+        business_tables=(),
+        functions={PUBLISHER: spec},
+    )
+    injector = faults.Injector(plan, PUBLISHER, spec)
+    slot = {"confirmed": 100}
+    reads: list[SlotChanges] = []
+
+    def advance_slot(cursor: object, name: str, lsn: int) -> bool:
+        moved = lsn > slot["confirmed"]
+        slot["confirmed"] = max(slot["confirmed"], lsn)
+        return moved
+
+    module = types.ModuleType("logical_relay_stand_in")
+    module.peek_changes = lambda cursor, name, limit: reads.pop(0)  # type: ignore[attr-defined]
+    module.advance_slot = advance_slot  # type: ignore[attr-defined]
+    monkeypatch.setattr(replication, "confirmed_lsn", lambda cursor, name: slot["confirmed"])
+    injector.wrap_slot(module)
+
+    reads.append(_slot_changes((200, []), read_to=300))  # WAL without outbox rows
+    module.peek_changes(None, "s", 500)
+    assert module.advance_slot(None, "s", 300) is True
+    reads.append(_slot_changes((400, ["e1", "e2"]), (450, ["e3"]), read_to=500))
+    module.peek_changes(None, "s", 500)
+    assert module.advance_slot(None, "s", 300) is False  # not moved: no crash either
+    with pytest.raises(faults.ChaosCrash):
+        module.advance_slot(None, "s", 400)  # past e1 and e2 (not e3)
+    assert slot["confirmed"] == 400  # the advance happened before the crash
+    assert module.advance_slot(None, "s", 500) is True  # the cap (1) is reached
+
+    (entry,) = injector.ledger.entries()
+    assert entry["kind"] == RELAY_CRASH_AFTER_ADVANCE
+    assert entry["event_ids"] == ["e1", "e2"]
+    assert entry["confirmed_lsn"] == "0/190"
+
+
+def test_after_import_runs_on_a_module_once_it_is_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "chaos_after_import_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "chaos_after_import_probe", raising=False)
+    seen: list[int] = []
+
+    faults.after_import("chaos_after_import_probe", lambda module: seen.append(module.VALUE))
+    assert seen == []
+    importlib.import_module("chaos_after_import_probe")  # the import the hook waits for
+
+    assert seen == [1]
+    faults.after_import("chaos_after_import_probe", lambda module: seen.append(module.VALUE + 1))
+    assert seen == [1, 2]  # imported already: at once
+    assert not any(isinstance(f, faults._AfterImport) for f in sys.meta_path)
 
 
 def test_a_503_without_retry_after_breaks_the_api_contract():
@@ -323,9 +442,12 @@ def services_with_own_database(local_services: LocalServices, tmp_path: Path) ->
     services.order_database.stop()
 
 
+@pytest.mark.parametrize("relay", ["polling", "logical"])
 def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a_restart_and_poison_rows(
-    services_with_own_database: LocalServices, tmp_path: Path
+    services_with_own_database: LocalServices, tmp_path: Path, relay: str
 ):
+    """Each PostgresRelay: the polling publisher (rows marked published), and the logical relay (a
+    replication slot; it also dies after a slot advance, before COMMIT, and the slot must end empty)."""
     config = ChaosConfig(
         orders=40,
         seed=11,
@@ -333,8 +455,10 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
         quiet=True,
         max_receive_count=3,
         order_store="postgres",
-        stack_name="chaospg",
+        postgres_relay=relay,
+        stack_name="chaospg" if relay == "polling" else "chaospgl",
     )
+    logical = relay == "logical"
 
     report = run(config, services=services_with_own_database)
 
@@ -346,11 +470,14 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
     expected = (set(WORKER_KINDS) - {*API_KINDS, API_STALE_CANCEL}) | set(
         HARNESS_KINDS + POSTGRES_HARNESS_KINDS
     )
-    assert expected <= set(report["faults"]), report["faults"]
-    assert report["faults_not_applicable"] == {f: list(k) for f, k in POSTGRES_NOT_APPLICABLE.items()}
-    assert set(report["faults_by_function"][PUBLISHER]) >= set(RELAY_KINDS)
+    slot_kinds = set(SLOT_KINDS) if logical else set()
+    assert expected | slot_kinds <= set(report["faults"]), report["faults"]
+    assert report["postgres_relay"] == relay
+    assert report["faults_not_applicable"] == {f: list(k) for f, k in not_applicable(True, relay).items()}
+    assert set(report["faults_by_function"][PUBLISHER]) >= set(RELAY_KINDS) | slot_kinds
     figures = report["postgres"]
-    # The publisher died between PutEvents and COMMIT: its rows stayed pending and were put again.
+    # The publisher died between PutEvents and COMMIT (logical: and the slot advance): its rows stayed
+    # pending (in the slot) and were put again.
     assert figures["republished"]["after_a_crash_between_put_events_and_commit"] >= 1
     assert figures["outbox_rows"]["pending"] == 0
     # 2, then 4 publishers at once; each order's events still reached the bus in sequence.
@@ -358,6 +485,15 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
     assert (first["target"], second["target"]) == (2, 4)
     assert first["peak"] >= 2
     assert second["peak"] >= 4
+    if logical:
+        # Nothing is marked published: the slot is the bookmark, and it ends holding no outbox row.
+        assert figures["slot_rows"] == 0
+        assert figures["outbox_rows"]["published"] >= 40
+        # The invocations at once wait their turn on the slot's lock: one reads it at a time.
+        slot = figures["publishers"]["slot"]
+        assert slot["readers_at_once_peak"] == 1
+        assert slot["sessions_that_read_it"] >= 2
+        assert figures["republished"]["confirmed_by_an_advance_then_crash"] >= 1
     assert report["invariants"]["published_in_order"]["aggregates"] >= 40
     # The database was down mid-drive: the API answered 503 with Retry-After, the client retried.
     restart = figures["database_restart"]

@@ -4,6 +4,7 @@ stores (saga_stack: OrderStore=dynamodb, and postgres with the polling or the lo
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -186,7 +187,7 @@ def test_one_saga_is_one_trace_from_the_api_to_the_notification(saga_stack: Loca
     trace_ids = []
     for order_id in (place_one(), place_one()):
         seen = saga_stack.wait_for(
-            lambda o=order_id: deliveries(o), SAGA_SECONDS, "every consumer handled it"
+            functools.partial(deliveries, order_id), SAGA_SECONDS, "every consumer handled it"
         )
         contexts = [from_traceparent(event.get("traceparent")) for _, event, _ in seen]
         assert None not in contexts, [event.get("traceparent") for _, event, _ in seen]

@@ -320,3 +320,73 @@ def test_writes_without_outbox_rows_do_not_hold_wal_in_the_slot(
 
     with connect(order_database) as connection:
         assert replication.slot_health(connection.cursor(), SLOT).lag_bytes < behind // 10
+
+
+@pytest.mark.parametrize("poison_first", [True, False], ids=["poison-first", "poison-after-an-event"])
+def test_a_crash_after_an_advance_never_leaves_the_slot_past_a_poison_row_not_marked_parked(
+    order_database: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    slot: str,
+    monkeypatch: pytest.MonkeyPatch,
+    poison_first: bool,
+):
+    """The parked mark is written in the round's transaction and the advance is not transactional: a
+    crash between an advance and its COMMIT must not leave the slot past a poison row whose mark rolled
+    back (in the poison queue, never marked parked). The slot passes a row parked in a round only once
+    the mark is committed; a crash before that parks the row again (a second poison message, as after a
+    crash after PutEvents), a crash after it parks nothing twice."""
+
+    def write_poison(connection: psycopg.Connection) -> None:
+        connection.execute(
+            "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
+            " VALUES ('poison-3', 'order-p', 1, 'OrderNoted', '{\"not\": \"a cloudevent\"}')"
+        )
+
+    with connect(order_database) as connection:
+        if poison_first:
+            write_poison(connection)
+        with connection.transaction():
+            write_events(connection, [event("order-q", 1)])
+        if not poison_first:
+            write_poison(connection)
+    real_advance = replication.advance_slot
+    sink = ListSink()
+
+    def advance_then_crash(*args: Any) -> bool:
+        real_advance(*args)
+        raise RuntimeError("the relay crashed after the slot advance, before COMMIT")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(logical_relay, "advance_slot", advance_then_crash)
+        with pytest.raises(RuntimeError):
+            relay_round(database, sink)
+    drain(database, sink)
+
+    with connect(order_database) as connection:
+        parked = connection.execute("SELECT event_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
+    assert parked == [("poison-3",)]
+    assert pending_in_slot(order_database) == 0
+    # Poison first: the round's only advance came after the mark's COMMIT. After an event: the round
+    # advanced past the event only, crashed, and the next round parked the poison again.
+    assert [record.image["eventId"] for record in sink.parked] == ["poison-3"] * (1 if poison_first else 2)
+    assert recording_bus.sequences_by_order() == {"order-q": [1]}
+
+
+def test_a_round_that_parks_a_row_moves_the_slot_past_it_once_the_mark_is_committed(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    with connect(order_database) as connection:
+        connection.execute(
+            "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
+            " VALUES ('poison-4', 'order-p', 1, 'OrderNoted', '[]')"
+        )
+        with connection.transaction():
+            write_events(connection, [event("order-r", 1)])
+    sink = ListSink()
+
+    relay_round(database, sink)
+
+    assert pending_in_slot(order_database) == 0  # one round: no row read again, nothing parked twice
+    assert [record.image["eventId"] for record in sink.parked] == ["poison-4"]
+    assert recording_bus.sequences_by_order() == {"order-r": [1]}

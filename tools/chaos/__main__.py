@@ -24,6 +24,9 @@ Settings from the environment, as the Makefile passes them:
     ORDER_STORE=dynamodb  the template's OrderStore: dynamodb, or postgres (orders in PostgreSQL, the
                       polling publisher: 2 then 4 publishers at once, the database restarted mid-drive,
                       poison rows; tools/chaos/harness.py)
+    POSTGRES_RELAY=polling  with ORDER_STORE=postgres, the template's PostgresRelay: polling, or logical
+                      (the publisher reads a replication slot; it also crashes after a slot advance,
+                      and the slot must end empty); refused without ORDER_STORE=postgres
 Exit status: 0 when every invariant holds, 1 when one fails, 2 when the run could not be made.
 """
 
@@ -35,7 +38,16 @@ import sys
 from typing import Any
 
 from tools.chaos import fuzz, openapi, recovery_scenarios
-from tools.chaos.harness import DEFAULT_OUT_DIR, DYNAMODB, ORDER_STORES, ChaosConfig, run
+from tools.chaos.harness import (
+    DEFAULT_OUT_DIR,
+    DYNAMODB,
+    ORDER_STORES,
+    POLLING,
+    POSTGRES,
+    ChaosConfig,
+    postgres_relays,
+    run,
+)
 from tools.chaos.isolation import Isolation
 from tools.chaos.isolation import render as render_isolation
 from tools.chaos.report import render
@@ -59,9 +71,25 @@ def _order_store() -> str:
     return store
 
 
+def _postgres_relay(store: str) -> str:
+    """POSTGRES_RELAY, one of the template's PostgresRelay values; only with ORDER_STORE=postgres."""
+    relay = os.environ.get("POSTGRES_RELAY", "").strip().lower() or POLLING
+    allowed = postgres_relays()
+    if relay not in allowed:
+        raise SystemExit(f"error: POSTGRES_RELAY must be one of {', '.join(allowed)}, got {relay!r}")
+    if relay != POLLING and store != POSTGRES:
+        raise SystemExit(
+            f"error: POSTGRES_RELAY={relay} needs ORDER_STORE=postgres (it chooses how the PostgreSQL "
+            f"outbox reaches the bus; ORDER_STORE is {store})"
+        )
+    return relay
+
+
 def config_from_env(orders: int = 200, *, order_store: bool = True) -> ChaosConfig:
-    """The run's settings; without `order_store`, ORDER_STORE is not read (the scenarios are DynamoDB's)."""
+    """The run's settings; without `order_store`, neither ORDER_STORE nor POSTGRES_RELAY is read (the
+    scenarios are DynamoDB's)."""
     drain = _env_int("DRAIN_TIMEOUT", None)
+    store = _order_store() if order_store else DYNAMODB
     return ChaosConfig(
         orders=_env_int("ORDERS", orders) or orders,
         seed=_env_int("SEED", 7) or 0,
@@ -70,7 +98,8 @@ def config_from_env(orders: int = 200, *, order_store: bool = True) -> ChaosConf
         drain_timeout_seconds=float(drain) if drain else None,
         max_receive_count=_env_int("MAX_RECEIVES", None),
         parallelization_factor=_env_int("PARALLELIZATION", None),
-        order_store=_order_store() if order_store else DYNAMODB,
+        order_store=store,
+        postgres_relay=_postgres_relay(store) if order_store else POLLING,
     )
 
 

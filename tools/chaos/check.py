@@ -40,6 +40,7 @@ from tools.chaos.plan import (
     CRASH_AFTER_WRITE,
     CRASH_BEFORE_WRITE,
     OBSERVED_PUBLISH_RESPONSE_LOST,
+    RELAY_CRASH_AFTER_ADVANCE,
     RELAY_CRASH_AFTER_PUT,
 )
 from tools.chaos.poison import POSTGRES_OUTBOX, MalformedMessage, PoisonItem
@@ -57,14 +58,15 @@ PUBLISHER = "OutboxPublisherFunction"  # OrderStore=postgres: the polling publis
 # Faults that end the environment: the runtime reports them as Runtime.ExitError or Sandbox.Timedout.
 DEATH_KINDS = frozenset(
     {CRASH_BEFORE_WRITE, CRASH_AFTER_WRITE, CRASH_AFTER_COMPLETE, CRASH_AFTER_PUBLISH, CONSUMER_TIMEOUT}
-    | {RELAY_CRASH_AFTER_PUT}
+    | {RELAY_CRASH_AFTER_PUT, RELAY_CRASH_AFTER_ADVANCE}
 )
 DEATH_ERRORS = frozenset({"Runtime.ExitError", "Sandbox.Timedout"})
 _DESERIALIZER = TypeDeserializer()
 # The sides of the saga, named after their DynamoDB tables (logical ids); the order side is read from
 # PostgreSQL when the order store is there.
 ORDERS_SIDE, INVENTORY_SIDE = "OrdersTable", "InventoryTable"
-# What the PostgreSQL outbox records of a row (OutboxRecord.state).
+# What the PostgreSQL outbox records of a row (OutboxRecord.state). With PostgresRelay=logical the slot
+# is the bookmark: a row it still holds is PENDING, one it has moved past PUBLISHED (postgres_store.py).
 PUBLISHED, PARKED, PENDING = "published", "parked", "pending"
 
 # Every legal history of an order (outbox event types in sequence order) and the status it ends in.
@@ -147,6 +149,8 @@ class Snapshot:
     outbox: list[OutboxRecord] = field(default_factory=list)
     other_items: int = 0
     inbox: list[tuple[str, str]] = field(default_factory=list)  # (consumer, event id): PostgreSQL only
+    # PostgresRelay=logical: the outbox rows the replication slot still holds (None: no slot is read).
+    slot_rows: int | None = None
 
     def decodable(self) -> dict[str, OutboxRecord]:
         """The events to be published, by id: decodable, and not parked (parked rows are poison, which
@@ -380,15 +384,25 @@ def _lost(evidence: Evidence) -> Check:
             check.fail(f"{envelope.get('type')} {event_id} of {envelope.get('subject')} never on the bus")
     check.figures["lost"] = len(check.violations)
     check.figures["outbox_events"] = len(outbox)
-    # Where the store records publishing (PostgreSQL), every event ends marked published.
+    # Where the store records publishing (PostgreSQL), every event ends marked published or, with the
+    # logical relay, behind the replication slot (its bookmark).
+    slot = evidence.snapshot.slot_rows is not None
+    where = "in the replication slot (never delivered)" if slot else "in the outbox (never marked published)"
     pending = [r for r in outbox.values() if r.state == PENDING]
     for record in pending:
         envelope = record.envelope or {}
         check.fail(
-            f"{envelope.get('type')} {envelope.get('id')} of {envelope.get('subject')} is still pending "
-            "in the outbox (never marked published)"
+            f"{envelope.get('type')} {envelope.get('id')} of {envelope.get('subject')} "
+            f"is still pending {where}"
         )
     check.figures["pending_rows"] = len(pending)
+    if slot:
+        held = evidence.snapshot.slot_rows or 0
+        if held > len(pending):
+            check.fail(
+                f"the replication slot still holds {held} outbox rows ({len(pending)} of them pending)"
+            )
+        check.figures["slot_rows"] = held
     return check
 
 
@@ -726,11 +740,12 @@ def _epoch_of(text: object) -> float | None:
 def _rollbacks(evidence: Evidence) -> list[tuple[float, float]]:
     """When work that had parked poison was undone on purpose: a publisher's or the stream relay's
     process killed after a PutEvents call (injected: the round rolls back, the stream batch is
-    delivered again), or the database down."""
+    delivered again), the logical relay's killed after a slot advance (its round rolls back, and the
+    slot stops before a row parked in it), or the database down."""
     crashes = [
         (float(entry["at"]), float(entry["at"]))
         for entry in evidence.ledger
-        if entry["kind"] == RELAY_CRASH_AFTER_PUT
+        if entry["kind"] in {RELAY_CRASH_AFTER_PUT, RELAY_CRASH_AFTER_ADVANCE}
     ]
     return crashes + list(evidence.database_outages)
 

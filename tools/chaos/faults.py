@@ -15,6 +15,10 @@ Where faults go (per role of the function):
               retry of the invocation so the relay checkpoints), or a crash after the call succeeded.
               The stream relay, and with OrderStore=postgres the polling publisher, whose crash after
               PutEvents is one before its COMMIT (the rows stay pending and are published again).
+              With PostgresRelay=logical the publisher's crash after PutEvents is one before its slot
+              advance (the slot decodes the round again); and its advance_slot
+              (shop.runtime.logical_relay's name for it, wrapped once the handler imports the module):
+              the slot advanced past outbox rows, then a crash before that transaction's COMMIT.
     consumer  the business write (TransactWriteItems on a business table) or, for the notifier, the
               SNS Publish: a crash before it, a timeout before it (an IN_PROGRESS idempotency record
               left by a dead consumer), a crash after it (before the idempotency record completes);
@@ -32,12 +36,16 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import importlib.abc
+import importlib.machinery
 import json
 import os
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from botocore.client import BaseClient
@@ -67,6 +75,7 @@ from tools.chaos.plan import (
     RELAY_KINDS,
     RELAY_LOST_RESPONSE,
     RELAY_THROTTLE,
+    SLOT_KINDS,
     FunctionPlan,
     Plan,
     seeded_rng,
@@ -74,6 +83,9 @@ from tools.chaos.plan import (
 
 ApiCall = Callable[[BaseClient, str, dict[str, Any]], Any]
 
+# PostgresRelay=logical: the module whose `advance_slot` (and `peek_changes`) the relay's round calls.
+LOGICAL_RELAY_MODULE = "shop.runtime.logical_relay"
+_REPLICATION_MODULE = "shop.adapters.postgres.replication"
 # The publisher tries an entry at most 6 times per invocation; failing it that often makes it checkpoint.
 _PERSISTENT_FAILURES = 6
 _MAX_FAILED_ENTRIES = 3
@@ -243,6 +255,7 @@ class Injector:
         self.batch = BatchTracker() if spec.role in {CONSUMER, NOTIFIER} else None
         self._satisfied: set[str] = set()  # kinds with `ensure` known to have happened
         self._persistent: dict[str, int] = {}  # event id -> failures still to inject in this process
+        self._slot_read: list[Any] = []  # the logical relay's last peek: its decoded transactions
 
     # --- decisions ------------------------------------------------------------------------------
     def _pick(self, candidates: tuple[str, ...]) -> str | None:
@@ -437,6 +450,50 @@ class Injector:
         failed = int(response.get("FailedEntryCount", 0)) + len(failing)
         return {**response, "FailedEntryCount": failed, "Entries": merged}
 
+    # --- the logical relay's slot -----------------------------------------------------------------
+    def wrap_slot(self, module: ModuleType) -> None:
+        """Wrap the logical relay module's `peek_changes` (to know which rows a round read) and its
+        `advance_slot` (the real advance first, then perhaps a crash before the COMMIT)."""
+        real_peek: Callable[..., Any] = module.peek_changes
+        real_advance: Callable[..., bool] = module.advance_slot
+        replication = sys.modules[_REPLICATION_MODULE]  # the copy of `shop` the function runs
+        injector = self
+
+        @functools.wraps(real_peek)
+        def peek_changes(cursor: Any, slot: str, max_changes: int) -> Any:
+            changes = real_peek(cursor, slot, max_changes)
+            injector._slot_read = list(changes.transactions)
+            return changes
+
+        @functools.wraps(real_advance)
+        def advance_slot(cursor: Any, slot: str, lsn: int) -> bool:
+            before = int(replication.confirmed_lsn(cursor, slot))
+            moved = real_advance(cursor, slot, lsn)
+            if moved:
+                injector._after_advance(before, lsn)
+            return moved
+
+        setattr(module, "peek_changes", peek_changes)  # noqa: B010 - the seam, on purpose
+        setattr(module, "advance_slot", advance_slot)  # noqa: B010 - the seam, on purpose
+
+    def _after_advance(self, before: int, lsn: int) -> None:
+        """The slot now stands past the rows of the transactions it just confirmed: die before COMMIT?"""
+        rows = [row for t in self._slot_read if before < t.end_lsn <= lsn for row in t.rows]
+        ids = [str(row.event_id) for row in rows]
+        if not ids:
+            return  # past WAL without outbox rows: no event's delivery rests on this advance
+        kind = self._pick(SLOT_KINDS)
+        if kind is None or not self._claim(kind, ids):
+            return
+        self._record(
+            kind,
+            "advance_slot",
+            event_ids=ids,
+            positions=[int(row.position) for row in rows],
+            confirmed_lsn=f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}",  # as pg_lsn prints it
+        )
+        raise ChaosCrash(f"chaos: {self.function} dies after its slot advance, before COMMIT")
+
     # --- consumers ------------------------------------------------------------------------------
     def _may_fail_batch(self) -> tuple[str, str | None] | None:
         """The current message's ids when failing its whole batch keeps every message off the DLQ."""
@@ -504,6 +561,58 @@ class Injector:
         raise ChaosCrash(f"chaos: {self.function} dies after its idempotency record completed")
 
 
+class _ThenLoader(importlib.abc.Loader):
+    """A module's own loader, then `then(module)` once the module has run (its names exist)."""
+
+    def __init__(self, loader: importlib.abc.Loader, then: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self._then = then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._then(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the real loader's
+        return getattr(self._loader, name)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then` on module `name` when it is first imported (the function imports it from its own
+    layer, after this preload narrowed nothing: the wrapped module is the one the handler uses)."""
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self._name = name
+        self._then = then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self._name:
+            return None
+        sys.meta_path.remove(self)  # once
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec: importlib.machinery.ModuleSpec | None = (
+                find(fullname, path, target) if find is not None else None
+            )
+            if spec is not None and spec.loader is not None:
+                spec.loader = _ThenLoader(spec.loader, self._then)
+                return spec
+        return None
+
+
+def after_import(name: str, then: Callable[[ModuleType], None]) -> None:
+    """`then(module)` now if `name` is imported already, else right after its first import."""
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
 def install(environ: dict[str, str] | None = None) -> Injector | None:
     """Wrap botocore for this function if the plan names it; None (nothing wrapped) otherwise."""
     env = dict(os.environ) if environ is None else environ
@@ -525,6 +634,12 @@ def install(environ: dict[str, str] | None = None) -> Injector | None:
     setattr(BaseClient, "_make_api_call", make_api_call)  # noqa: B010 - the seam, on purpose
     if injector.batch is not None:
         injector.batch.install()
+    if (
+        spec.role == RELAY
+        and env.get("POSTGRES_RELAY") == "logical"
+        and any(kind in spec.faults for kind in SLOT_KINDS)
+    ):
+        after_import(LOGICAL_RELAY_MODULE, injector.wrap_slot)
     return injector
 
 

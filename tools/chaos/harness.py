@@ -23,6 +23,16 @@ orders, their outbox and the inbox are in the embedded PostgreSQL, published by 
   must end published, or parked when it is poison.
 The faults that hook DynamoDB writes the API and the order-status consumer no longer make are not
 injected, and the report says which (plan.POSTGRES_NOT_APPLICABLE).
+
+With `postgres_relay="logical"` (POSTGRES_RELAY=logical) the template runs with PostgresRelay=logical: the
+same publisher reads the outbox's inserts from a replication slot and marks no row published. Then:
+- its crash after PutEvents is one before the slot advance (the slot decodes the round again), and it
+  also crashes after an advance, before that transaction's COMMIT (relay.crash_after_advance, hooked on
+  shop.runtime.logical_relay.advance_slot); with polling that kind is named as not applicable;
+- of the 2 or 4 invocations at once, one reads the slot at a time (its advisory lock): the report says
+  how many invocations ran and how many sessions held the slot's lock at once (pg_locks, sampled);
+- a row's bookmark is the slot: the drain waits until the slot holds no outbox row, and every row must
+  end behind the slot (delivered) or parked when it is poison (tools/chaos/postgres_store.py).
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from tools.chaos.check import (
     DynamoOrderStore,
     Evidence,
     OrderStore,
+    OutboxRecord,
     collect,
     evaluate,
     parked_key,
@@ -81,17 +92,19 @@ from tools.chaos.plan import (
     CRASH_BEFORE_WRITE,
     NOTIFIER,
     OBSERVED_PUBLISH_RESPONSE_LOST,
-    POSTGRES_NOT_APPLICABLE,
     RELAY,
     RELAY_CALL_ERROR,
+    RELAY_CRASH_AFTER_ADVANCE,
     RELAY_CRASH_AFTER_PUT,
     RELAY_ENTRY_FAILURES,
     RELAY_ENTRY_FAILURES_PERSISTENT,
     RELAY_LOST_RESPONSE,
     RELAY_THROTTLE,
+    SLOT_KINDS,
     FaultSpec,
     FunctionPlan,
     Plan,
+    not_applicable,
 )
 from tools.chaos.postgres_store import PostgresOrderStore
 from tools.chaos.publishers import PUBLISHER, DatabaseRestart, PublisherPool
@@ -116,6 +129,7 @@ _PROGRESS_SECONDS = 10.0
 _STABLE_POLLS = 2
 DYNAMODB, POSTGRES = "dynamodb", "postgres"
 ORDER_STORES = (DYNAMODB, POSTGRES)
+POLLING, LOGICAL = "polling", "logical"  # the template's PostgresRelay (postgres_relays(): all it allows)
 # 503s counted as the restart's up to this long after the database is back (connections it broke are
 # found broken at their next use).
 _AFTER_RESTART_SECONDS = 10.0
@@ -149,6 +163,8 @@ class ChaosConfig:
     quiet: bool = False
     # The template's OrderStore: "dynamodb", or "postgres" (the module docstring says what changes).
     order_store: str = DYNAMODB
+    # postgres: the template's PostgresRelay, "polling" or "logical" (the module docstring).
+    postgres_relay: str = POLLING
     # postgres: the database is restarted once, when this share of the orders has been sent (None: never),
     # and stays down this long between its stop and its start.
     restart_at: float | None = 0.55
@@ -165,10 +181,20 @@ class ChaosConfig:
     def __post_init__(self) -> None:
         if self.order_store not in ORDER_STORES:
             raise ValueError(f"order_store must be one of {ORDER_STORES}, not {self.order_store!r}")
+        if self.postgres_relay != POLLING and not self.postgres:
+            raise ValueError(
+                f"postgres_relay {self.postgres_relay!r} needs order_store {POSTGRES!r}: "
+                "PostgresRelay chooses how the PostgreSQL outbox reaches the bus"
+            )
 
     @property
     def postgres(self) -> bool:
         return self.order_store == POSTGRES
+
+    @property
+    def logical(self) -> bool:
+        """The PostgreSQL outbox read from a replication slot (PostgresRelay=logical)."""
+        return self.postgres and self.postgres_relay == LOGICAL
 
     @property
     def drain_timeout(self) -> float:
@@ -180,6 +206,12 @@ class ChaosConfig:
 # Each attempt: P(5 conflicts in a row) = 0.6**5 = 8 %, so without in-process retries about one message
 # in twelve would use up its 5 receives and be dead-lettered, its order left PENDING.
 HOT_SKU_CONFLICT_PROBABILITY = 0.6
+
+
+def postgres_relays(template: Template | None = None) -> tuple[str, ...]:
+    """What the template's PostgresRelay allows (AllowedValues)."""
+    data = (template or Template.load()).data
+    return tuple(str(value) for value in data["Parameters"]["PostgresRelay"]["AllowedValues"])
 
 
 def _cap(orders: int, per: int, most: int) -> int:
@@ -222,6 +254,9 @@ def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Pat
             RELAY_ENTRY_FAILURES: spec(0.03, _cap(n, 50, 50)),
             RELAY_ENTRY_FAILURES_PERSISTENT: spec(0.01, _cap(n, 100, 20)),
             RELAY_CRASH_AFTER_PUT: spec(0.01, _cap(n, 100, 20)),
+            # The logical relay's only (_applicable): per advance past outbox rows, as a crash after
+            # PutEvents is per call.
+            RELAY_CRASH_AFTER_ADVANCE: spec(0.01, _cap(n, 100, 20)),
         },
         CONSUMER: consumer,
         NOTIFIER: notifier,
@@ -246,10 +281,11 @@ def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Pat
 
 
 def _applicable(config: ChaosConfig, function: str, faults: dict[str, FaultSpec]) -> dict[str, FaultSpec]:
-    """The function's faults whose hook the order store has (postgres: see plan.POSTGRES_NOT_APPLICABLE)."""
-    if not config.postgres:
-        return dict(faults)
-    missing = set(POSTGRES_NOT_APPLICABLE.get(function, ()))
+    """The function's faults whose hook the order store and its relay have (plan.not_applicable names
+    the ones left out; the slot's kinds are never the stream relay's)."""
+    missing = set(not_applicable(config.postgres, config.postgres_relay).get(function, ()))
+    if function != PUBLISHER or not config.logical:
+        missing |= set(SLOT_KINDS)
     return {kind: spec for kind, spec in faults.items() if kind not in missing}
 
 
@@ -261,7 +297,11 @@ def chaos_template(config: ChaosConfig) -> Template:
     if config.parallelization_factor is not None:
         parameters["RelayParallelizationFactor"] = str(config.parallelization_factor)
     if config.postgres:
+        allowed = data["Parameters"]["PostgresRelay"]["AllowedValues"]
+        if config.postgres_relay not in allowed:
+            raise ValueError(f"postgres_relay must be one of {allowed}, not {config.postgres_relay!r}")
         parameters["OrderStore"] = POSTGRES
+        parameters["PostgresRelay"] = config.postgres_relay
         parameters["MaxEventBytes"] = str(config.max_event_bytes)
     template = Template(data, parameters=parameters, stack_name=config.stack_name)
     for source in read_event_sources(template).queues:
@@ -408,7 +448,13 @@ class Run:
 
     def execute(self) -> dict[str, Any]:
         began = time.monotonic()
-        self.say(f"seed {self.config.seed}, {self.config.orders} orders; run directory {self.run_dir}")
+        store = self.config.order_store
+        if self.config.postgres:
+            store += f", relay {self.config.postgres_relay}"
+        self.say(
+            f"seed {self.config.seed}, {self.config.orders} orders, orders on {store}; "
+            f"run directory {self.run_dir}"
+        )
         self.stack.start()
         try:
             if self.stack.report.init_errors:
@@ -421,8 +467,9 @@ class Run:
     def _execute(self, began: float) -> dict[str, Any]:
         stack = self.stack
         if self.config.postgres:
-            self.store = self.postgres = PostgresOrderStore(stack)
-            self.publishers = PublisherPool(stack)
+            self.store = self.postgres = PostgresOrderStore(stack, logical=self.config.logical)
+            holders = self.postgres.slot_lock_holders if self.config.logical else None
+            self.publishers = PublisherPool(stack, slot_holders=holders)
             if self.config.restart_at is not None:
                 self.restart = DatabaseRestart(
                     stack.services.order_database, self.ledger, self.config.database_down_seconds
@@ -471,6 +518,8 @@ class Run:
                 self.publishers.stop()
             if self.restart is not None:
                 self.restart.join()
+            if self.postgres is not None:
+                self.postgres.close()
             for part in (duplicator, notifications, capture):
                 part.stop()
         self.timings["total_seconds"] = time.monotonic() - began
@@ -615,7 +664,9 @@ class Run:
         if pending:
             reasons.append(f"{pending} orders PENDING")
         rows = sum(1 for r in snapshot.outbox if r.state == PENDING)
-        if rows:
+        if snapshot.slot_rows:  # logical: the slot is the bookmark (a parked row in it counts too)
+            reasons.append(f"{snapshot.slot_rows} outbox rows in the replication slot")
+        elif rows:
             reasons.append(f"{rows} outbox rows pending")
         seen = capture.seen()
         outbox = snapshot.decodable()
@@ -738,6 +789,7 @@ class Run:
             "drained": self.drained,
             "seed": self.config.seed,
             "order_store": self.config.order_store,
+            **({"postgres_relay": self.config.postgres_relay} if self.config.postgres else {}),
             "orders_requested": self.config.orders,
             "relay_parallelization_factor": int(self.template.parameter_values["RelayParallelizationFactor"]),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -759,11 +811,10 @@ class Run:
                 "duplicates_delivered_to_consumers": duplicator.sent,
             },
             "faults": dict(sorted(faults.items())),
-            "faults_not_applicable": (
-                {f: list(kinds) for f, kinds in POSTGRES_NOT_APPLICABLE.items()}
-                if self.config.postgres
-                else {}
-            ),
+            "faults_not_applicable": {
+                f: list(kinds)
+                for f, kinds in not_applicable(self.config.postgres, self.config.postgres_relay).items()
+            },
             **({"hot_sku": self._hot_sku_figures(injected)} if self.config.hot_sku else {}),
             "faults_by_function": {f: dict(sorted(c.items())) for f, c in sorted(by_function.items())},
             "function_errors": {f"{f} {t}": n for (f, t), n in sorted(self.function_errors.items())},
@@ -804,31 +855,46 @@ class Run:
         snapshot = evidence.snapshot
         rows = [r for r in snapshot.outbox if r.state is not None]
         states = Counter(str(r.state) for r in rows)
-        lags = sorted(
-            r.marked_at - r.created_at
-            for r in rows
-            if r.state == PUBLISHED and r.marked_at is not None and r.created_at is not None
-        )
-        crashed = {
-            event_id
-            for entry in evidence.ledger
-            if entry["kind"] == RELAY_CRASH_AFTER_PUT and entry["function"] == PUBLISHER
-            for event_id in entry.get("event_ids", [])
-        }
+        lags = sorted(lag for r in rows if (lag := self._publish_lag(r, evidence)) is not None)
+        captured = sorted(lag for r in rows if (lag := _capture_lag(r, evidence)) is not None)
+
+        def crashed(kind: str) -> set[str]:
+            return {
+                event_id
+                for entry in evidence.ledger
+                if entry["kind"] == kind and entry["function"] == PUBLISHER
+                for event_id in entry.get("event_ids", [])
+            }
+
+        def put_again(ids: set[str]) -> int:
+            return sum(1 for i in ids if i in evidence.bus and evidence.bus[i].deliveries > 1)
+
         answers = [a for o in outcomes for a in o.create_answers + o.cancel_answers]
+        republished = {
+            "order_events_put_more_than_once": sum(
+                1
+                for c in evidence.bus.values()
+                if c.detail.get("source") == ORDERS_SOURCE and c.deliveries > 1
+            ),
+            # Logical: between PutEvents and the slot advance (the round's end).
+            "after_a_crash_between_put_events_and_commit": put_again(crashed(RELAY_CRASH_AFTER_PUT)),
+        }
+        if self.config.logical:
+            # The events an advance confirmed before its process died: never read again (a repeat of
+            # one came from a failure before that advance, e.g. a lost PutEvents answer).
+            after_advance = crashed(RELAY_CRASH_AFTER_ADVANCE)
+            republished["confirmed_by_an_advance_then_crash"] = len(after_advance)
+            republished["of_them_put_more_than_once"] = put_again(after_advance)
         return {
             "outbox_rows": {state: states[state] for state in (PUBLISHED, PARKED, PENDING)},
+            "slot_rows": snapshot.slot_rows,
             "publish_lag_seconds": _quantiles(lags),
-            "republished": {
-                "order_events_put_more_than_once": sum(
-                    1
-                    for c in evidence.bus.values()
-                    if c.detail.get("source") == ORDERS_SOURCE and c.deliveries > 1
-                ),
-                "after_a_crash_between_put_events_and_commit": sum(
-                    1 for i in crashed if i in evidence.bus and evidence.bus[i].deliveries > 1
-                ),
-            },
+            # Polling: from the row's created_at to its published_at. Logical (no row marked): to the
+            # event's first arrival in the harness's capture queue (EventBridge -> SQS -> the harness).
+            "publish_lag_to": "first seen by the bus capture" if self.config.logical else "marked published",
+            # Either relay: from created_at to the first arrival in the capture queue (comparable).
+            "bus_capture_lag_seconds": _quantiles(captured),
+            "republished": republished,
             "inbox_rows": len(snapshot.inbox),
             "publishers": self.publishers.report() if self.publishers else {},
             "database_restart": self._restart_figures(answers),
@@ -870,12 +936,11 @@ class Run:
             written = record.created_at if record and record.created_at is not None else 0.0
             later = [r for r in rows if r.pk != item.pk and (r.position or 0) > position]
             soon = [
-                r.marked_at - r.created_at
+                lag
                 for r in later
-                if r.state == PUBLISHED
-                and r.marked_at is not None
-                and r.created_at is not None
+                if r.created_at is not None
                 and r.created_at <= written + _NEXT_SECONDS
+                and (lag := self._publish_lag(r, evidence)) is not None
             ]
             figures.append(
                 {
@@ -889,6 +954,22 @@ class Run:
                 }
             )
         return figures
+
+    def _publish_lag(self, record: OutboxRecord, evidence: Evidence) -> float | None:
+        """A published row's lag (see publish_lag_to in _postgres_figures); None for any other."""
+        if record.state != PUBLISHED or record.created_at is None:
+            return None
+        if not self.config.logical:
+            return record.marked_at - record.created_at if record.marked_at is not None else None
+        return _capture_lag(record, evidence)
+
+
+def _capture_lag(record: OutboxRecord, evidence: Evidence) -> float | None:
+    """From a published row's created_at to its event's first arrival in the harness's bus capture."""
+    if record.state != PUBLISHED or record.created_at is None:
+        return None
+    captured = evidence.bus.get(str((record.envelope or {}).get("id")))
+    return captured.first_at - record.created_at if captured is not None else None
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:

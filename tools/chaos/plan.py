@@ -28,6 +28,9 @@ RELAY_LOST_RESPONSE = "relay.lost_response"
 RELAY_ENTRY_FAILURES = "relay.entry_failures"
 RELAY_ENTRY_FAILURES_PERSISTENT = "relay.entry_failures_persistent"
 RELAY_CRASH_AFTER_PUT = "relay.crash_after_put"
+# PostgresRelay=logical only: the slot advanced, then the process dies before that transaction's COMMIT
+# (hooked on shop.runtime.logical_relay.advance_slot, not on an AWS call).
+RELAY_CRASH_AFTER_ADVANCE = "relay.crash_after_advance"
 CRASH_BEFORE_WRITE = "consumer.crash_before_write"
 CRASH_AFTER_WRITE = "consumer.crash_after_write"
 CRASH_AFTER_COMPLETE = "consumer.crash_after_complete"
@@ -57,6 +60,9 @@ RELAY_KINDS = (
     RELAY_ENTRY_FAILURES_PERSISTENT,
     RELAY_CRASH_AFTER_PUT,
 )
+# The kinds hooked on the logical relay's replication slot (only OutboxPublisherFunction with
+# PostgresRelay=logical has one; the stream relay never does).
+SLOT_KINDS = (RELAY_CRASH_AFTER_ADVANCE,)
 WORKER_KINDS = (
     *API_KINDS,
     API_STALE_CANCEL,
@@ -77,6 +83,17 @@ POSTGRES_NOT_APPLICABLE = {
     "OrdersApiFunction": (*API_KINDS, API_STALE_CANCEL),
     "OrderStatusFunction": (CRASH_BEFORE_WRITE, CONSUMER_TIMEOUT, CRASH_AFTER_WRITE),
 }
+# PostgresRelay=polling: the publisher reads no slot, so nothing hooks its advance.
+POLLING_NOT_APPLICABLE = {"OutboxPublisherFunction": SLOT_KINDS}
+
+
+def not_applicable(postgres: bool, postgres_relay: str) -> dict[str, tuple[str, ...]]:
+    """The kinds, by function, that the run's order store and relay give no hook (the report names them)."""
+    if not postgres:
+        return {}
+    if postgres_relay == "logical":
+        return dict(POSTGRES_NOT_APPLICABLE)
+    return {**POSTGRES_NOT_APPLICABLE, **POLLING_NOT_APPLICABLE}
 
 
 def seeded_rng(*parts: object) -> random.Random:

@@ -1,9 +1,14 @@
 """The order store's evidence in PostgreSQL (OrderStore=postgres), and the harness's hands on it.
 
 PostgresOrderStore reads what the checks need (tools/chaos/check.py, OrderStore) from the stack's order
-database: orders and their lines, request keys, outbox rows with their publishing state (published_at,
-parked_at) and the inbox; and it writes poison rows straight into the outbox table (tools/chaos/poison.py
-builds them), as a bad deploy or a hand-made fix could. Inventory stays on DynamoDB (check.collect).
+database: orders and their lines, request keys, outbox rows with their publishing state and the inbox;
+and it writes poison rows straight into the outbox table (tools/chaos/poison.py builds them), as a bad
+deploy or a hand-made fix could. Inventory stays on DynamoDB (check.collect).
+
+A row's publishing state is what its relay's bookmark says: with PostgresRelay=polling its marks
+(published_at, parked_at); with PostgresRelay=logical, which marks nothing published, its parked mark
+and the replication slot: a row the slot still holds (peeked under the relay's lock, as the
+maintenance function peeks it) is pending, one it has moved past is published (delivered).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from shop.adapters import keys
+from shop.adapters.postgres import replication
 from tools.chaos import poison
 from tools.chaos.check import ORDERS_SIDE, OutboxRecord, Snapshot, envelope_of, postgres_row_key
 from tools.chaos.ledger import Ledger
@@ -32,12 +38,26 @@ UNAVAILABLE_WAIT_SECONDS = 60.0
 _RETRY_PAUSE_SECONDS = 0.5
 # A poison row of a real order takes a sequence no event of the order will ever reach.
 REAL_ORDER_POISON_SEQUENCE = 1_000_000
+# PostgresRelay=logical: the evidence waits this long for a relay's round to release the slot's lock.
+SLOT_LOCK_WAIT_MS = 10_000
+SLOT_PEEK_CHANGES = 1_000_000  # everything the slot holds (a drained run holds nothing)
 
 _OUTBOX = """
 SELECT position, event_id, aggregate_id, sequence, envelope::text, trace_header, created_at, attempts,
        published_at, parked_at
 FROM outbox ORDER BY position
 """
+
+
+# PostgresRelay=logical: the sessions of the functions holding the slot's advisory lock (one reader at a
+# time; the lock is the only advisory lock the product takes, two keys: objsubid 2).
+_SLOT_LOCK_HOLDERS = """
+SELECT l.pid
+FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.objid = hashtext(%s)::oid
+  AND a.application_name = %s
+"""
+_FUNCTIONS_APPLICATION_NAME = "serverless-outbox"  # shop.adapters.postgres.connection.open_connection
 
 
 def _epoch(moment: datetime | None) -> float | None:
@@ -72,8 +92,14 @@ class PostgresOrderStore:
 
     name = "postgres"
 
-    def __init__(self, stack: LocalStack) -> None:
+    def __init__(self, stack: LocalStack, *, logical: bool = False) -> None:
         self._outputs = dict(stack.template.application_outputs[ORDER_DATABASE])
+        self.logical = logical  # PostgresRelay=logical: the slot is the bookmark
+        self._probe: psycopg.Connection | None = None
+
+    @property
+    def slot(self) -> str:
+        return replication.slot_name(self._outputs["DatabaseName"])
 
     def connect(self) -> psycopg.Connection:
         outputs = self._outputs
@@ -102,8 +128,18 @@ class PostgresOrderStore:
     def read(self, snapshot: Snapshot) -> None:
         self.when_available(lambda connection: self._read(connection, snapshot))
 
-    @staticmethod
-    def _read(connection: psycopg.Connection, snapshot: Snapshot) -> None:
+    def slot_positions(self, connection: psycopg.Connection) -> list[int]:
+        """The outbox rows the slot still holds (positions, a row once per time it would be delivered):
+        peeked, never consumed, under the relay's lock (a slot serves one session at a time)."""
+        with connection.transaction(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = {SLOT_LOCK_WAIT_MS}")
+            replication.lock_slot(cursor, self.slot)
+            changes = replication.peek_changes(cursor, self.slot, SLOT_PEEK_CHANGES)
+        return [row.position for t in changes.transactions for row in t.rows] + [
+            position for t in changes.transactions for position in t.replayed
+        ]
+
+    def _read(self, connection: psycopg.Connection, snapshot: Snapshot) -> None:
         lines: dict[str, list[dict[str, Any]]] = {}
         for order_id, sku, quantity, unit_price in connection.execute(
             "SELECT order_id, sku, quantity, unit_price FROM order_lines ORDER BY order_id, line_no"
@@ -125,11 +161,21 @@ class PostgresOrderStore:
             # Named as the DynamoDB store names a request key, so one check reads both stores.
             request_pk = keys.request_key(caller, idempotency_key)[keys.PK]["S"]
             snapshot.request_orders.setdefault(request_pk, []).append(order_id)
-        for row in connection.execute(_OUTBOX):
+        outbox = connection.execute(_OUTBOX).fetchall()
+        in_slot: set[int] = set()
+        if self.logical:  # read after the rows: a row the slot delivered meanwhile counts as delivered
+            held = self.slot_positions(connection)
+            snapshot.slot_rows = len(held)
+            in_slot = set(held)
+        for row in outbox:
             position, event_id, aggregate_id, sequence, envelope, trace_header, created_at = row[:7]
             published_at, parked_at = row[8], row[9]
             pk, sk = postgres_row_key(aggregate_id, sequence, event_id)
-            state = "published" if published_at else "parked" if parked_at else "pending"
+            if self.logical:  # published_at is the polling publisher's (rows handed over to the slot)
+                state = "parked" if parked_at else "pending" if position in in_slot else "published"
+                published_at = None
+            else:
+                state = "published" if published_at else "parked" if parked_at else "pending"
             snapshot.outbox.append(
                 OutboxRecord(
                     ORDERS_SIDE,
@@ -149,6 +195,26 @@ class PostgresOrderStore:
             (consumer, event_id)
             for consumer, event_id in connection.execute("SELECT consumer, event_id FROM inbox")
         )
+
+    # --- who reads the slot -------------------------------------------------------------------------
+    def slot_lock_holders(self) -> list[int] | None:
+        """The functions' sessions holding the slot's lock now (None: the database did not answer). On
+        a connection of its own, kept between calls (a sampler asks four times a second)."""
+        try:
+            if self._probe is None or self._probe.closed:
+                self._probe = self.connect()
+            found = self._probe.execute(_SLOT_LOCK_HOLDERS, (self.slot, _FUNCTIONS_APPLICATION_NAME))
+            return [int(pid) for (pid,) in found.fetchall()]
+        except psycopg.Error:
+            if self._probe is not None:
+                self._probe.close()
+            self._probe = None
+            return None
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
 
     # --- the harness's writes ---------------------------------------------------------------------
     def latest_order(self) -> str | None:

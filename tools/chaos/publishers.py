@@ -5,7 +5,10 @@ included (EventBridge Scheduler starts one a minute; each polls until the last 5
 invokes the function directly, as `aws lambda invoke` would, `target - 1` times at once, and again as
 each invocation ends; when fewer than `target` run (the scheduled one died: a crash between PutEvents
 and COMMIT), it adds one rather than wait for the next minute. It samples how many run, four times a
-second, for the report (the stack's own count of the function's invocations in progress).
+second, for the report (the stack's own count of the function's invocations in progress). With
+PostgresRelay=logical only one of them reads the slot at a time (the others' rounds find its advisory
+lock taken and pause): given `slot_holders`, it samples too which sessions hold that lock, so the report
+says how many invocations ran and how many read the slot at once.
 
 DatabaseRestart stops the order database, keeps it down a few seconds and starts it again on the same
 data, in a thread: the drive goes on, and the API answers 503 with Retry-After meanwhile.
@@ -17,6 +20,7 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +43,7 @@ class Phase:
     seconds: float = 0.0
     peak: int = 0
     seconds_at_target: float = 0.0  # with at least `target` publishers running
+    slot_readers_peak: int | None = None  # PostgresRelay=logical: sessions holding the slot's lock at once
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,13 +52,24 @@ class Phase:
             "seconds": round(self.seconds, 1),
             "peak": self.peak,
             "seconds_at_target_or_more": round(self.seconds_at_target, 1),
+            **({"slot_readers_peak": self.slot_readers_peak} if self.slot_readers_peak is not None else {}),
         }
 
 
 class PublisherPool:
-    def __init__(self, stack: LocalStack, function: str = PUBLISHER) -> None:
+    def __init__(
+        self,
+        stack: LocalStack,
+        function: str = PUBLISHER,
+        *,
+        slot_holders: Callable[[], list[int] | None] | None = None,
+    ) -> None:
         self._stack = stack
         self._function = function
+        self._slot_holders = slot_holders  # PostgresRelay=logical: the sessions holding the slot's lock
+        self.slot_samples = 0  # answered samples
+        self.slot_samples_held = 0  # of them, with the lock held
+        self.slot_sessions: set[int] = set()  # every session seen holding it
         self._runtime = stack.functions[function]
         self._lock = threading.Lock()
         self._phase: Phase | None = None
@@ -96,10 +112,16 @@ class PublisherPool:
             now = time.monotonic()
             elapsed, last = now - last, now
             running = self.running()
+            holders = self._slot_holders() if self._slot_holders is not None else None
             with self._lock:
                 phase = self._phase
                 if phase is None:
                     continue
+                if holders is not None:
+                    self.slot_samples += 1
+                    self.slot_samples_held += 1 if holders else 0
+                    self.slot_sessions.update(holders)
+                    phase.slot_readers_peak = max(phase.slot_readers_peak or 0, len(holders))
                 self.seconds_at[running] += elapsed
                 phase.seconds += elapsed
                 phase.peak = max(phase.peak, running)
@@ -134,6 +156,20 @@ class PublisherPool:
                 "direct_invocations_started": self.direct_started,
                 "direct_invocations_ended": self.direct_ended,
                 "direct_invocation_errors": dict(sorted(self.direct_errors.items())),
+                **(
+                    {
+                        "slot": {
+                            "readers_at_once_peak": max(
+                                (phase.slot_readers_peak or 0 for phase in phases), default=0
+                            ),
+                            "samples": self.slot_samples,
+                            "samples_with_a_reader": self.slot_samples_held,
+                            "sessions_that_read_it": len(self.slot_sessions),
+                        }
+                    }
+                    if self._slot_holders is not None
+                    else {}
+                ),
             }
 
 

@@ -28,26 +28,62 @@ def _postgres(report: dict[str, Any]) -> list[str]:
         return []
     rows, lag, again = figures["outbox_rows"], figures["publish_lag_seconds"], figures["republished"]
     publishers, restart = figures["publishers"], figures["database_restart"]
+    logical = report.get("postgres_relay") == "logical"
     lines = [
-        "order store: postgres",
+        f"order store: postgres, relay {report.get('postgres_relay', 'polling')}",
         _row(
-            "outbox rows published / parked / pending",
-            f"{rows['published']} / {rows['parked']} / {rows['pending']}",
+            "outbox rows behind the slot / parked / in the slot"
+            if logical
+            else "outbox rows published / parked / pending",
+            f"{rows['published']} / {rows['parked']} / {rows['pending']}"
+            + (f" (slot holds {figures.get('slot_rows')} rows)" if logical else ""),
         ),
-        _row("publish lag p50 / p99 / max (s)", f"{lag.get('p50')} / {lag.get('p99')} / {lag.get('max')}"),
         _row(
-            "order events put twice or more (after a crash)",
+            f"publish lag p50 / p99 / max (s), to {figures.get('publish_lag_to', 'marked published')}",
+            f"{lag.get('p50')} / {lag.get('p99')} / {lag.get('max')}",
+        ),
+        *(
+            [
+                _row(
+                    "lag to the bus capture p50 / p99 / max (s)",
+                    f"{capture.get('p50')} / {capture.get('p99')} / {capture.get('max')}",
+                )
+            ]
+            if (capture := figures.get("bus_capture_lag_seconds")) and not logical
+            else []
+        ),
+        _row(
+            "order events put twice or more (after a crash before "
+            + ("the advance)" if logical else "COMMIT)"),
             f"{again['order_events_put_more_than_once']} "
             f"({again['after_a_crash_between_put_events_and_commit']})",
         ),
-        _row("inbox rows (order-status consumer)", figures["inbox_rows"]),
     ]
+    if "confirmed_by_an_advance_then_crash" in again:
+        lines.append(
+            _row(
+                "events an advance confirmed before a crash: put again",
+                f"{again['of_them_put_more_than_once']} of {again['confirmed_by_an_advance_then_crash']}",
+            )
+        )
+    lines.append(_row("inbox rows (order-status consumer)", figures["inbox_rows"]))
     for phase in publishers.get("phases", []):
+        readers = phase.get("slot_readers_peak")
         lines.append(
             _row(
                 f"publishers at once, {phase['phase']}",
                 f"target {phase['target']}: peak {phase['peak']}, {phase['seconds_at_target_or_more']} of "
-                f"{phase['seconds']} s at the target or more",
+                f"{phase['seconds']} s at the target or more"
+                + (f"; reading the slot at once: peak {readers}" if readers is not None else ""),
+            )
+        )
+    slot = publishers.get("slot")
+    if slot:
+        lines.append(
+            _row(
+                "slot's lock: sessions that held it; samples held",
+                f"{slot['sessions_that_read_it']}; {slot['samples_with_a_reader']} of {slot['samples']} "
+                f"(peak {slot['readers_at_once_peak']} at once)",
             )
         )
     if publishers:
@@ -97,7 +133,9 @@ def render(report: dict[str, Any]) -> str:
     events = report["events"]
     lines = [
         f"chaos run: seed {report['seed']}, {report['orders_requested']} orders, "
-        f"order store {report.get('order_store', 'dynamodb')}, relay parallelization "
+        f"order store {report.get('order_store', 'dynamodb')}"
+        + (f" ({report['postgres_relay']} relay)" if "postgres_relay" in report else "")
+        + ", relay parallelization "
         f"{report.get('relay_parallelization_factor', 1)} ({report['machine']['cores']} cores, "
         f"load {report['machine']['load_average'][0]:.1f})",
         "",
@@ -125,7 +163,12 @@ def render(report: dict[str, Any]) -> str:
         *(_row(name, count) for name, count in report["client"].items()),
         "invariants",
         _row("lost events", summary["lost"]),
-        _row("outbox rows left pending (PostgreSQL)", summary.get("pending_rows", 0)),
+        _row(
+            "outbox rows left in the replication slot"
+            if report.get("postgres_relay") == "logical"
+            else "outbox rows left pending (PostgreSQL)",
+            summary.get("pending_rows", 0),
+        ),
         _row("phantom events", summary["phantom"]),
         _row(
             "aggregates whose events reached the bus out of order", summary.get("published_out_of_order", 0)

@@ -11,22 +11,30 @@ A crash before step 3 decodes the same transactions again: published again, in c
 deduplicated by consumers by event id. The slot never moves past a row that is not on the bus, so a
 crash after step 3 loses nothing. Rows are not marked published: the slot is the bookmark, and the
 table is what replay and the retention window read.
+
+The advance is not transactional, and a poison row's parked mark is: the slot moves past a row parked
+in the round only once its mark is committed (a second, short transaction after the round's COMMIT,
+under the lock again), so a crash between an advance and its COMMIT never leaves the slot past a
+poison row that is in the poison queue and not marked parked. A row read again with its mark
+committed (a crash before that second advance) is done: it is not parked twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from shop.adapters.postgres.connection import Database
-from shop.adapters.postgres.outbox import OutboxRow, mark_parked
+from shop.adapters.postgres.outbox import OutboxRow, mark_parked, parked_among
 from shop.adapters.postgres.replication import (
     DecodedTransaction,
     advance_slot,
     peek_changes,
     try_lock_slot,
 )
+from shop.domain.errors import ServiceBusy
 from shop.domain.poison import PoisonSink
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import metrics
@@ -79,6 +87,8 @@ def relay_slot_round(
         cursor.execute(f"SET LOCAL statement_timeout = {int(read_seconds * 1000)}")
         changes = peek_changes(cursor, slot, max_changes)
         rows = [row for transaction in changes.transactions for row in transaction.rows]
+        # Parked by an earlier round whose second advance never came: done, not parked again.
+        already_parked = parked_among(cursor, [row.position for row in rows])
         parked: set[int] = set()
 
         def park(row: OutboxRow, reason: str) -> None:
@@ -86,21 +96,31 @@ def relay_slot_round(
             parked.add(row.position)
 
         outcome, _ = publish_rows(
-            interleave_orders(rows),
+            interleave_orders([row for row in rows if row.position not in already_parked]),
             publisher,
             poison_sink,
             max_event_bytes=max_event_bytes,
             remaining_seconds=remaining_seconds,
             on_parked=park,
         )
-        done = parked | {row.position for row, _ in outcome.published}
-        confirm_to = confirmed_position(changes.transactions, done, changes.read_to_lsn)
+        published = {row.position for row, _ in outcome.published}
+        # Not transactional: the slot stays moved even if this transaction then rolls back. So not past a
+        # row parked in this round: its mark rolls back with the transaction.
+        confirm_to = confirmed_position(changes.transactions, published | already_parked, changes.read_to_lsn)
         if confirm_to is not None:
-            # Not transactional: the slot stays moved even if this transaction then rolls back (the only
-            # writes it holds are parked marks, and those rows are in the poison queue already).
             advance_slot(cursor, slot, confirm_to)
         if changes.transactions:
             metrics.add_metric(
                 name="SlotTransactionsRead", unit=MetricUnit.Count, value=len(changes.transactions)
             )
+    if parked:
+        # The marks are committed: past the rows parked in this round too, unless another relay took the
+        # slot meanwhile (it reads them as parked; advance_slot never moves the slot back).
+        done = published | already_parked | parked
+        confirm_to = confirmed_position(changes.transactions, done, changes.read_to_lsn)
+        # The database gone now: the next round reads those rows again, as parked.
+        if confirm_to is not None:
+            with contextlib.suppress(ServiceBusy), database.transaction() as cursor:
+                if try_lock_slot(cursor, slot):
+                    advance_slot(cursor, slot, confirm_to)
     return outcome
