@@ -13,6 +13,9 @@ export AWS_DEFAULT_REGION ?= us-east-1
 export PYTHONDONTWRITEBYTECODE := 1
 
 FUNCTIONS := $(wildcard functions/*)
+# The browser the local inspector's tests and make docs' screenshot drive (Playwright, never its own download).
+CHROMIUM  ?= /usr/bin/chromium
+export CHROMIUM
 PYTEST    := $(BIN)/pytest
 # The tools' own unit tests, next to what they test; they run with the product's (test-unit, test).
 TOOL_TESTS := tools/local/tests tools/docs/tests tools/bench/tests
@@ -34,7 +37,7 @@ AUDITED    := layers/shared/requirements.txt $(wildcard functions/*/requirements
 # --ignore-vuln <ID> here with a comment saying why it does not apply.
 AUDIT_ARGS := --vulnerability-service $(or $(AUDIT_SERVICE),pypi)
 
-.PHONY: help install lint scan audit build test test-unit test-conformance test-integration test-e2e deploy local invoke clean
+.PHONY: help install lint scan audit build browser test test-unit test-conformance test-integration test-e2e deploy local invoke clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -84,6 +87,20 @@ audit: $(SCAN_STAMP) ## pip-audit of the shared layer and function requirements 
 build: $(STAMP) ## sam build (no Docker)
 	$(BIN)/sam build --template template.yaml --cached --parallel
 
+# Chromium from the OS packages (Debian: the chromium package; Playwright's own browser download needs the
+# internet). Installed when this runs as root with apt-get (CI's fresh machine); elsewhere it says how, and
+# the browser tests are skipped with that reason printed. A failed apt-get install fails the target.
+browser: ## headless Chromium for the inspector's browser tests and make docs (apt-get install chromium, as root)
+	@if [ -x "$(CHROMIUM)" ]; then echo "browser: $$("$(CHROMIUM)" --version 2>/dev/null || echo "$(CHROMIUM)")"; \
+	elif [ "$(CHROMIUM)" = /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium from the OS packages (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+	    >/dev/null && echo "browser: $$(/usr/bin/chromium --version 2>/dev/null)"; \
+	else \
+	  echo "note: no Chromium at $(CHROMIUM), and it cannot be installed here (needs apt-get as root): the"; \
+	  echo "  browser tests will be skipped; install it (Debian: apt-get install chromium) or set CHROMIUM=<path>"; \
+	fi
+
 test-unit: $(STAMP) ## unit tests (moto, no network), the product's and the tools'
 	$(PYTEST) tests/unit $(TOOL_TESTS)
 
@@ -98,7 +115,7 @@ test-e2e: $(STAMP) ## tests against a deployed stack (skipped without AWS creden
 
 # One pytest session over every suite, so the run's closing line counts every test (CI reads it);
 # test-unit / test-conformance / test-integration / test-e2e remain for running one layer.
-test: lint build $(NODE_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
+test: lint build browser $(NODE_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
 	$(PYTEST) tests/unit $(TOOL_TESTS) tests/conformance tests/integration tests/e2e
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
@@ -111,11 +128,11 @@ local bench bench-capacity: export LOCAL_DYNAMODB_JVM_OPTIONS ?= -XX:+UseSerialG
 
 local: $(STAMP) $(NODE_STAMP) ## the whole pipeline on this machine, no Docker (PORT=3000, PERSIST=1, LOGS=1)
 	@command -v java >/dev/null || { echo "error: Java 17+ is required for DynamoDB Local (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
-	$(BIN)/python -m tools.local
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.local
 
 invoke: $(STAMP) $(NODE_STAMP) ## run one function: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json
 	@test -n "$(FUNCTION)" -a -n "$(EVENT)" || { echo "usage: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json"; exit 2; }
-	$(BIN)/python -m tools.local invoke "$(FUNCTION)" "$(EVENT)"
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.local invoke "$(FUNCTION)" "$(EVENT)"
 
 clean: ## remove build output and caches (keeps .venv and .venv-scan)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
@@ -147,8 +164,11 @@ bench-capacity: $(STAMP) $(NODE_STAMP) ## report only: the local stack's saga ca
 	BENCH_PARTS=capacity BENCH_REPORT=capacity.json PYTHONPATH=layers/shared $(BIN)/python -m tools.bench
 
 # --- fault injection (docs/guarantees.md) ------------------------------------------------------------
+# Settings are environment variables read by tools/chaos/__main__.py; make puts the ones given on its
+# command line (make chaos ORDER_STORE=postgres POSTGRES_RELAY=logical ORDERS=2000) in the recipe's
+# environment, as it does those set before it (ORDER_STORE=postgres make chaos).
 .PHONY: chaos
-chaos: $(STAMP) $(NODE_STAMP) ## faults at every boundary, invariants checked (ORDERS=200 SEED=7) -> .chaos/latest.json
+chaos: $(STAMP) $(NODE_STAMP) ## faults at every boundary, invariants checked (ORDERS=200 SEED=7 ORDER_STORE=dynamodb|postgres POSTGRES_RELAY=polling|logical) -> .chaos/latest.json
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.chaos
 
 .PHONY: chaos-isolation
@@ -229,6 +249,9 @@ chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redr
 
 # --- generated docs (tools/docs) -----------------------------------------------------------------------
 .PHONY: docs
-docs: $(STAMP) ## regenerate reference tables, events table, docs/asyncapi.yaml and docs/order-database.sql from template.yaml and the code
+# The inspector's screenshot comes from a local stack of its own (DynamoDB Local: Java and npm) in headless
+# Chromium (make browser); it fails, saying why, where Chromium is missing.
+docs: $(STAMP) $(NODE_STAMP) browser ## regenerate reference tables, events table, docs/asyncapi.yaml, docs/order-database.sql and docs/images/inspector.png
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs.database_schema
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.local.inspector.screenshot docs/images/inspector.png

@@ -22,7 +22,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.console.render import Console
-from tools.local.gateway.server import ApiServer, RouteTable
+from tools.local.gateway.server import LOCAL_PREFIX, ApiServer, RouteTable
+from tools.local.inspector.api import inspector_for
 from tools.local.pollers.checkpoints import CheckpointStore
 from tools.local.pollers.destinations import FailureDestinations
 from tools.local.pollers.event_sources import IMPLICIT_API, EventSources, read_event_sources
@@ -149,7 +150,9 @@ class LocalStack:
         routes = RouteTable(served, stages)  # a route conflict fails before anything starts
         if self.options.serve and served:
             api_ids = {api: self.template.physical_name(api) for api in stages}
-            self.api = ApiServer(routes, self.functions, api_ids, self.activity, self.options.api_port)
+            self.api = ApiServer(
+                routes, self.functions, api_ids, self.activity, self.options.api_port, inspector_for(self)
+            )
         if self._owns_services:
             self.services.launch()
         if self._fork_server is not None:
@@ -375,6 +378,11 @@ class LocalStack:
         if self.api is None:
             raise StartupError("the local API is not running (no Api events, or not serving)")
         return self.api.url
+
+    @property
+    def inspector_url(self) -> str:
+        """The local inspector's page (orders, each one's timeline, queues, redrive), served by the API."""
+        return f"{self.api_url}{LOCAL_PREFIX}/"
 
     @property
     def order_database(self) -> DatabaseLocation:

@@ -83,6 +83,11 @@ class ActivityLog:
     ) -> None:
         self.add(Notice(level, component, message, details or {}))
 
+    def entries(self) -> list[Entry]:
+        """Everything recorded (the last _KEEP_ENTRIES), oldest first."""
+        with self._lock:
+            return list(self._entries)
+
     def invocations(self, function: str | None = None) -> list[Invocation]:
         with self._lock:
             entries = list(self._entries)

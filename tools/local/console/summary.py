@@ -155,6 +155,8 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
         lines.append(f"  published to {topic}: {dim(url)}")
 
     if stack.api is not None:
+        what = dim("orders, each one's timeline, queues, redrive")
+        lines.append(bold("Inspector") + f"  {stack.inspector_url}  {what}")
         lines.append(bold("API") + f"  {stack.api_url}")
         for route in sources.routes:
             lines.append(f"  {route.method:<6} {route.path}  {dim('→ ' + short_name(route.function))}")

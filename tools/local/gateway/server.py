@@ -7,6 +7,9 @@ Authorization is not enforced locally, but every request gets the identity of an
 SigV4-signed request does behind AWS_IAM auth: requestContext.identity.userArn is
 arn:aws:iam::<account>:user/<name>, the name taken from the X-Local-Caller header (default local-user).
 Functions that scope data to the caller (the order API's Idempotency-Key) can so be tried with several.
+
+Requests under /_local/ go to the local inspector (tools/local/inspector) instead of a function: the
+stack's own pages, never part of the deployed API (a template route under that prefix is refused).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from tools.local.console.activity import ActivityLog, Invocation
@@ -35,6 +38,7 @@ _PARAMETER = re.compile(r"\{([^}]+)\}")
 _MISSING_TOKEN = {"message": "Missing Authentication Token"}
 _INTERNAL_ERROR = {"message": "Internal server error"}
 LOCAL_CALLER_HEADER = "X-Local-Caller"
+LOCAL_PREFIX = "/_local"  # the local inspector's pages and JSON API
 DEFAULT_LOCAL_CALLER = "local-user"
 
 
@@ -45,6 +49,10 @@ def local_caller_arn(name: str = DEFAULT_LOCAL_CALLER) -> str:
 
 class RouteConflict(ValueError):
     pass
+
+
+def is_local_path(path: str) -> bool:
+    return path == LOCAL_PREFIX or path.startswith(LOCAL_PREFIX + "/")
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,11 @@ class RouteTable:
         compiled: list[_CompiledRoute] = []
         seen: dict[tuple[str, str], ApiRoute] = {}
         for route in routes:
+            if is_local_path(route.path):
+                raise RouteConflict(
+                    f"{route.method} {route.path} ({route.function}.{route.name}) is under {LOCAL_PREFIX}, "
+                    "where the local stack serves its inspector"
+                )
             key = (route.method, _compile(route.path)[0].pattern)
             if key in seen:
                 other = seen[key]
@@ -229,6 +242,12 @@ def http_answer(result: InvocationResult) -> HttpAnswer:
     return HttpAnswer(int(payload["statusCode"]), headers, body)
 
 
+class LocalPages(Protocol):
+    """What serves LOCAL_PREFIX (tools.local.inspector.api.InspectorApi)."""
+
+    def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> HttpAnswer: ...
+
+
 class _Server(ThreadingHTTPServer):
     # Connections queued while every request thread is starting (the default of 5 resets bursts).
     request_queue_size = 128
@@ -246,8 +265,10 @@ class ApiServer:
         api_ids: dict[str, str],
         activity: ActivityLog,
         port: int,
+        local_pages: LocalPages | None = None,
     ) -> None:
         self.routes = routes
+        self._local_pages = local_pages
         self._functions = functions
         self._api_ids = api_ids
         self._activity = activity
@@ -280,6 +301,9 @@ class ApiServer:
         self, method: str, target: str, header_pairs: list[tuple[str, str]], body: bytes, source_ip: str
     ) -> HttpAnswer:
         parts = urlsplit(target)
+        if self._local_pages is not None and is_local_path(parts.path):
+            # Not an invocation: nothing is recorded in the activity log, so the page's polling adds no line.
+            return self._local_pages.handle(method, target, header_pairs, body)
         found = self.routes.match(method, parts.path or "/")
         if found is None:
             return _json_answer(HTTPStatus.FORBIDDEN, _MISSING_TOKEN, "MissingAuthenticationTokenException")

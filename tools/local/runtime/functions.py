@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,6 +81,7 @@ class InvocationResult:
     duration_ms: float = 0.0
     cold_start: bool = False
     environment_number: int = 0  # the execution environment that ran it (0: none did)
+    started_at: float = 0.0  # epoch seconds when it was asked for (the inspector's waterfall); 0: unknown
 
     @property
     def ok(self) -> bool:
@@ -317,6 +318,7 @@ class FunctionRuntime:
         an environment. A function with ReservedConcurrentExecutions 0 is always throttled.
         """
         request_id = request_id or str(uuid.uuid4())
+        started_at = time.time()
         started = time.monotonic()
         try:
             environment = self._acquire(throttle)
@@ -334,7 +336,7 @@ class FunctionRuntime:
             self._busy += 1
             self.peak_concurrency = max(self.peak_concurrency, self._busy)
         try:
-            return self._invoke_on(environment, event, request_id, started)
+            return replace(self._invoke_on(environment, event, request_id, started), started_at=started_at)
         finally:
             self._release(environment, busy=True)
 
