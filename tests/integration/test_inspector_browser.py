@@ -107,7 +107,15 @@ def test_an_order_placed_through_the_api_appears_live_with_every_hop_in_order(
     hops = [(r.get_attribute("data-function"), r.get_attribute("data-event-type")) for r in rows(page).all()]
     assert hops == SAGA
     assert [r.get_attribute("data-outcome") for r in rows(page).all()] == ["ok"] * len(SAGA)
-    assert [r.get_attribute("data-depth") for r in rows(page).all()] == ["0"] * 7 + ["1"]
+    # Parents from the trace headers, as X-Ray draws them: every hop of the saga hangs under the API's
+    # invocation (the relay's publications continue its trace, child; the consumers' invocations are
+    # linked to it through their message's AWSTraceHeader); the SNS publication under its consumer.
+    assert [r.get_attribute("data-depth") for r in rows(page).all()] == ["0"] + ["1"] * 6 + ["2"]
+    assert [r.get_attribute("data-relation") for r in rows(page).all()] == [
+        "",
+        *["child", "linked"] * 3,
+        "",
+    ]
     assert rows(page).get_by_test_id("hop-retries").all_inner_texts() == [
         NOT_RETRIED,
         *["0"] * 6,

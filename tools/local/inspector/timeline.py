@@ -9,9 +9,12 @@ started the saga, and the event that caused it (causation id). The API's hop get
 path or its answer, and the correlation id from its X-Correlation-Id answer header.
 
 A hop may have a parent hop (`parent`, a hop id): the page indents a hop under its parent and draws
-every bar from its start and duration alone. Today only an SNS publication has one (the consumer
-invocation that published it: it happened inside that invocation); once trace context (W3C traceparent,
-X-Ray) travels with the events, a span's parent belongs there too, and nothing else here changes.
+every bar from its start and duration alone. Parents come from the same trace headers X-Ray reads
+(docs/operations.md, "One trace per saga"): the relay's publication of an event continues the trace its
+envelope's traceparent names (the writer's: the order API's for the whole saga), so its parent is the
+hop that ran in that trace segment; a consumer's invocation is linked (X-Ray: "automatically linked") to
+the trace its message's AWSTraceHeader names, so its parent is that hop too, marked `linked`; an SNS
+publication's parent is the consumer invocation that published it (it happened inside it).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from shop.domain.tracing import TraceContext, from_traceparent, from_xray_header
 from tools.local.console.activity import Entry, Invocation, Publication
 
 Outcome = Literal["ok", "failed", "parked", "pending"]
+_NO_TRACE = TraceContext("", "", sampled=False)
 CORRELATION_HEADER = "x-correlation-id"
 
 
@@ -58,6 +63,10 @@ class Hop:
     cold_start: bool = False
     request_id: str = ""
     depth: int = 0  # how far under its parent chain the page indents it (set by order_timeline)
+    trace: TraceContext | None = None  # the trace segment it ran in (an API invocation's own header)
+    continues: TraceContext | None = None  # the trace it continues (a publication's envelope traceparent)
+    links_to: TraceContext | None = None  # the trace it is linked to (a consumed message's AWSTraceHeader)
+    relation: Literal["child", "linked"] | None = None  # how it hangs under its parent (set with it)
 
     @property
     def retries(self) -> int:
@@ -90,6 +99,8 @@ class Hop:
             "batchSize": self.batch_size,
             "coldStart": self.cold_start,
             "requestId": self.request_id,
+            "traceId": (self.trace or self.continues or self.links_to or _NO_TRACE).trace_id or None,
+            "relation": self.relation,
         }
 
 
@@ -215,6 +226,7 @@ def _api_hop(invocation: Invocation) -> Hop:
         detail=f"{event.get('httpMethod', '?')} {event.get('path', '?')} {shown_status}",
         cold_start=result.cold_start,
         request_id=request_id,
+        trace=from_xray_header(result.trace_header),
     )
 
 
@@ -247,9 +259,27 @@ def _record_hops(invocation: Invocation) -> list[Hop]:
                 batch_size=len(records),
                 cold_start=result.cold_start,
                 request_id=result.request_id,
+                continues=_continued_trace(invocation.trigger, record),
+                links_to=_linked_trace(invocation.trigger, record),
             )
         )
     return hops
+
+
+def _continued_trace(trigger: str, record: dict[str, Any]) -> TraceContext | None:
+    """A stream record's publication continues the trace its envelope's traceparent names."""
+    if trigger != "dynamodb":
+        return None
+    image = (record.get("dynamodb") or {}).get("NewImage") or {}
+    envelope = _json_object((image.get("envelope") or {}).get("S")) if isinstance(image, dict) else None
+    return from_traceparent(_text((envelope or {}).get("traceparent")))
+
+
+def _linked_trace(trigger: str, record: dict[str, Any]) -> TraceContext | None:
+    """A message's handling is linked to the trace of its AWSTraceHeader."""
+    if trigger != "sqs":
+        return None
+    return from_xray_header((record.get("attributes") or {}).get("AWSTraceHeader"))
 
 
 def _publication_hop(publication: Publication) -> Hop:
@@ -322,7 +352,22 @@ def build_hops(
         for hop in hops
     ]
     hops.sort(key=lambda hop: hop.started_at)
-    return _with_publication_parents(_with_attempts(hops))
+    return _with_trace_parents(_with_publication_parents(_with_attempts(hops)))
+
+
+def _with_trace_parents(hops: list[Hop]) -> list[Hop]:
+    """Parents from trace headers: a hop that continues or is linked to a trace segment hangs under the
+    hop that ran in that segment (the order API's invocation, for every hop of its saga)."""
+    by_segment = {(hop.trace.trace_id, hop.trace.parent_id): hop.id for hop in hops if hop.trace is not None}
+    placed = []
+    for hop in hops:
+        relation: Literal["child", "linked"] = "child" if hop.continues is not None else "linked"
+        target = hop.continues if hop.continues is not None else hop.links_to
+        parent = by_segment.get((target.trace_id, target.parent_id)) if target is not None else None
+        if hop.parent is None and parent is not None and parent != hop.id:
+            hop = replace(hop, parent=parent, relation=relation)
+        placed.append(hop)
+    return placed
 
 
 def _with_attempts(hops: list[Hop]) -> list[Hop]:
@@ -403,6 +448,9 @@ def outbox_row_hop(row: dict[str, Any], consumed: frozenset[str]) -> Hop:
         attempt=max(attempts, 1),
         error=error,
         detail=detail,
+        continues=from_traceparent(_text((row.get("envelope") or {}).get("traceparent")))
+        if isinstance(row.get("envelope"), dict)
+        else None,
     )
 
 

@@ -82,6 +82,7 @@ class InvocationResult:
     cold_start: bool = False
     environment_number: int = 0  # the execution environment that ran it (0: none did)
     started_at: float = 0.0  # epoch seconds when it was asked for (the inspector's waterfall); 0: unknown
+    trace_header: str | None = None  # the _X_AMZN_TRACE_ID it ran with (active tracing), for the inspector
 
     @property
     def ok(self) -> bool:
@@ -351,11 +352,12 @@ class FunctionRuntime:
                 request_id, error=init_error, cold_start=True, environment_number=environment.number
             )
         deadline = time.monotonic() + self.spec.timeout
+        trace_header = _trace_header() if self._tracing else None
         request = {
             "request_id": request_id,
             "event": event,
             "remaining_ms": int(self.spec.timeout * 1000),
-            "trace_id": _trace_header() if self._tracing else None,
+            "trace_id": trace_header,
         }
         try:
             environment.channel.send(request)
@@ -375,7 +377,10 @@ class FunctionRuntime:
             if error.error_type == "Runtime.ExitError":
                 environment.discarded = True
             return self._result(request_id, environment, started, cold, error=error)
-        return self._result(request_id, environment, started, cold, payload=response.get("payload"))
+        return replace(
+            self._result(request_id, environment, started, cold, payload=response.get("payload")),
+            trace_header=trace_header,
+        )
 
     @staticmethod
     def _result(

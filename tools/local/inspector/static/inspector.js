@@ -195,10 +195,10 @@ function waterfall(hops) {
     return h("tr", {
       class: `hop outcome-${hop.outcome}`, "data-testid": "hop-row", "data-function": hop.function, "data-trigger": hop.trigger,
       "data-event-type": hop.eventType || "", "data-event-id": hop.eventId || "", "data-outcome": hop.outcome,
-      "data-parent": hop.parent || "", "data-depth": hop.depth,
+      "data-parent": hop.parent || "", "data-depth": hop.depth, "data-relation": hop.relation || "",
     },
       h("td", { class: "hop-name", style: `padding-left: ${0.5 + hop.depth * 1.4}rem` },
-        hop.depth ? h("span", { class: "dim" }, "└ ") : null,
+        hop.depth ? h("span", { class: "dim", title: hop.relation === "linked" ? "a trace of its own, linked to its parent's (as X-Ray links an SQS consumer)" : "" }, hop.relation === "linked" ? "┈ " : "└ ") : null,
         h("strong", {}, shortName(hop.function)), h("br"), h("span", { class: "dim small" }, `${hop.trigger} · ${hop.source}`)),
       h("td", {}, what, hop.error ? h("div", { class: "hop-error" }, hop.error) : null),
       h("td", { class: "mono small" }, clock(hop.startMs), h("br"), h("span", { class: "dim" }, `+${duration(hop.startMs - start)}`)),
