@@ -42,7 +42,7 @@ from tools.chaos.check import (
     postgres_row_key,
 )
 from tools.chaos.driver import Driver
-from tools.chaos.harness import ChaosConfig, chaos_template, fault_plan, roles, run
+from tools.chaos.harness import ChaosConfig, Run, chaos_template, fault_plan, roles, run
 from tools.chaos.plan import (
     API_KINDS,
     API_STALE_CANCEL,
@@ -64,7 +64,7 @@ from tools.chaos.plan import (
     not_applicable,
 )
 from tools.chaos.publishers import PUBLISHER
-from tools.chaos.report import render
+from tools.chaos.report import render, save
 from tools.local.services.emulators import LocalServices
 from tools.local.services.order_database import EmbeddedPostgres
 
@@ -408,8 +408,9 @@ def test_a_small_chaos_run_loses_nothing_and_applies_every_effect_once(
 ):
     # Three receives instead of five: the malformed messages reach their DLQs sooner (the run stays short).
     config = ChaosConfig(orders=40, seed=11, out_dir=tmp_path, quiet=True, max_receive_count=3)
+    chaos = Run(config, local_services)
 
-    report = run(config, services=local_services)
+    report = chaos.execute()
 
     failed = {name: check["examples"] for name, check in report["invariants"].items() if not check["ok"]}
     assert report["drained"], render(report)
@@ -430,6 +431,27 @@ def test_a_small_chaos_run_loses_nothing_and_applies_every_effect_once(
     assert report["events"]["bus_repeats"] >= 1  # the relay's crash after PutEvents re-sent its batch
     assert report["orders"].get("REJECTED", 0) >= 1
     assert report["orders"].get("CANCELLED", 0) >= 1
+    # Its timeline: every order sent and settled (its end event on the bus), every fault at its time; the
+    # chart of it is written beside the JSON, and the report names it (no second run).
+    line = report["timeline"]
+    assert len(line["sent"]) == len(line["settled"]) == 40
+    assert {kind: len(times) for kind, times in line["faults"].items()} == report["faults"]
+    phases = line["phases"]
+    assert 0 < phases["drive_began"] < phases["drive_ended"] < phases["drain_ended"] <= phases["checked"]
+    # What its live line would show now (quiet: none was drawn): the same counts.
+    live = chaos.live_counts()
+    assert (live.sent, live.settled, live.orders) == (40, 40, 40)
+    assert live.faults == sum(report["faults"].values())
+    assert live.rule_breaks == 0
+    save(report, tmp_path / "latest.json")
+    png = tmp_path / "latest.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000
+    assert json.loads((tmp_path / "latest.json").read_text())["chart"] == str(png)
+    assert any(
+        row.split() == ["chart", "(timeline", "of", "the", "run)", str(png)]
+        for row in render(report).splitlines()
+    )
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""`make chaos` (python -m tools.chaos): one chaos run; prints the table, writes .chaos/latest.json.
+"""`make chaos` (python -m tools.chaos): one chaos run; a live line while it runs (tools/chaos/progress.py),
+then prints the table, writes .chaos/latest.json and its chart .chaos/latest.png (tools/chaos/chart.py).
 `make chaos-isolation` (python -m tools.chaos isolation): the poison-pill isolation measurement
 (RECORDS=1000),
 writes .chaos/isolation.json.
@@ -50,7 +51,7 @@ from tools.chaos.harness import (
 )
 from tools.chaos.isolation import Isolation
 from tools.chaos.isolation import render as render_isolation
-from tools.chaos.report import render
+from tools.chaos.report import render, save
 from tools.local.processes import StartupError
 
 
@@ -130,8 +131,8 @@ def fuzz_api() -> int:
 
 
 def _write(name: str, report: dict[str, Any]) -> None:
-    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
-    (DEFAULT_OUT_DIR / f"{name}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    """.chaos/<name>.json, and beside it .chaos/<name>.png when the report is a chaos run's (its timeline)."""
+    save(report, DEFAULT_OUT_DIR / f"{name}.json")
 
 
 def scenario(name: str) -> int:
@@ -187,8 +188,7 @@ def main(argv: list[str]) -> int:
     except (StartupError, RuntimeError) as exc:
         print(f"error: the chaos run could not be made: {exc}", file=sys.stderr)
         return 2
-    DEFAULT_OUT_DIR.mkdir(parents=True, exist_ok=True)
-    (DEFAULT_OUT_DIR / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    _write("latest", report)  # and its chart, .chaos/latest.png
     print(render(report))
     return 0 if report["passed"] else 1
 

@@ -144,6 +144,11 @@ class Driver:
             self._local.session = session
         return session
 
+    def counts(self) -> Counter[str]:
+        """The counters now (a copy: the clients' threads go on counting)."""
+        with self._lock:
+            return Counter(self.counters)
+
     def _count(self, name: str, amount: int = 1) -> None:
         with self._lock:
             self.counters[name] += amount
@@ -174,6 +179,8 @@ class Driver:
                 continue
             answer = self._read(response)
             answers.append(answer)
+            if answer.problem:
+                self._count("contract_breaks")  # the live line's count (api_contract lists them at the end)
             self._count(f"http_{response.status_code}")
             if response.status_code < 400:
                 return answers

@@ -55,10 +55,11 @@ from shop.adapters import keys
 from shop.domain.inventory import EVENT_SOURCE as INVENTORY_SOURCE
 from shop.domain.notifications import NOTIFIABLE
 from shop.domain.orders import EVENT_SOURCE as ORDERS_SOURCE
-from tools.chaos import poison
+from tools.chaos import poison, timeline
 from tools.chaos.bus import BusCapture, DuplicateRoute, Duplicator, NotificationCapture, queue_depth
 from tools.chaos.check import (
     DEATH_ERRORS,
+    DEATH_KINDS,
     ORDERS_SIDE,
     PARKED,
     PENDING,
@@ -107,6 +108,7 @@ from tools.chaos.plan import (
     not_applicable,
 )
 from tools.chaos.postgres_store import PostgresOrderStore
+from tools.chaos.progress import Counts, ProgressLine
 from tools.chaos.publishers import PUBLISHER, DatabaseRestart, PublisherPool
 from tools.local.console.activity import Invocation
 from tools.local.pollers.event_sources import read_event_sources
@@ -418,6 +420,18 @@ class Run:
         self.postgres: PostgresOrderStore | None = None
         self.publishers: PublisherPool | None = None
         self.restart: DatabaseRestart | None = None
+        # The live line (not with `quiet`) and the timeline: when the run's phases began (epoch seconds),
+        # when each order was sent, and what the line samples (the parts, once they run).
+        self.progress: ProgressLine | None = None
+        self.phase = "start"
+        self.moments: dict[str, float] = {}
+        self.sent_at: list[float] = []
+        self.driver: Driver | None = None
+        self._parts: tuple[BusCapture, NotificationCapture, Duplicator] | None = None
+        self._ledger_lock = threading.Lock()  # the line is drawn from its thread and at phase changes
+        self._ledger_offset = 0
+        self._ledger_faults = 0
+        self._ledger_deaths: Counter[str] = Counter()
 
     def _on_activity(self, entry: object) -> None:
         if isinstance(entry, Invocation) and entry.result.error is not None:
@@ -425,8 +439,50 @@ class Run:
                 self.function_errors[(entry.function, entry.result.error.error_type)] += 1
 
     def say(self, message: str) -> None:
-        if not self.config.quiet:
-            print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", flush=True)
+        if self.config.quiet:
+            return
+        line = f"[chaos {time.strftime('%H:%M:%S')}] {message}"
+        if self.progress is not None:
+            self.progress.say(line)  # clears the live line first, redraws it after
+        else:
+            print(line, flush=True)
+
+    # --- the live line --------------------------------------------------------------------------
+    def _enter(self, phase: str, moment: str) -> None:
+        """A phase begins: its moment on the timeline, and a line at once (a log gets one per phase)."""
+        self.phase = phase
+        self.moments[moment] = time.time()
+        if self.progress is not None:
+            self.progress.draw()
+
+    def live_counts(self) -> Counts:
+        """What the live line shows: counted from what the harness holds, never by reading the stack."""
+        with self._ledger_lock:
+            entries, self._ledger_offset = self.ledger.read_from(self._ledger_offset)
+            for entry in timeline.injected(entries):
+                self._ledger_faults += 1
+                if entry["kind"] in DEATH_KINDS:
+                    self._ledger_deaths[str(entry["function"])] += 1
+            faults, injected_deaths = self._ledger_faults, Counter(self._ledger_deaths)
+        counters = self.driver.counts() if self.driver is not None else Counter()
+        settled = breaks = 0
+        if self._parts is not None:
+            capture, notifications, duplicator = self._parts
+            settled = len(timeline.settled_at(capture.snapshot()))
+            harness_errors = capture.errors + notifications.errors + duplicator.errors
+            breaks = len(capture.foreign) + len(notifications.unreadable) + len(harness_errors)
+        breaks += counters["contract_breaks"] + counters["gave_up"]
+        deaths = self._deaths()
+        return Counts(
+            phase=self.phase,
+            orders=self.config.orders,
+            sent=len(self.sent_at),
+            settled=settled,
+            faults=faults,
+            rule_breaks=breaks,
+            uninjected_deaths=sum(max(0, n - injected_deaths[f]) for f, n in deaths.items()),
+            elapsed=time.time() - self.moments.get("began", time.time()),
+        )
 
     # --- the run --------------------------------------------------------------------------------
     def _hot_sku_figures(self, injected: list[dict[str, Any]]) -> dict[str, Any]:
@@ -466,6 +522,7 @@ class Run:
 
     def _execute(self, began: float) -> dict[str, Any]:
         stack = self.stack
+        self.moments["began"] = time.time()
         if self.config.postgres:
             self.store = self.postgres = PostgresOrderStore(stack, logical=self.config.logical)
             holders = self.postgres.slot_lock_holders if self.config.logical else None
@@ -491,6 +548,10 @@ class Run:
         )
         for part in (capture, notifications, duplicator):
             part.start()
+        self._parts = (capture, notifications, duplicator)
+        if not self.config.quiet:
+            self.progress = ProgressLine(self.live_counts)
+            self.progress.start()
         try:
             if self.config.inject_poison:
                 self._poison_queues(topology)
@@ -500,20 +561,28 @@ class Run:
                     self._poison_table("OrdersTable", poison.NOT_JSON)
             outcomes = self._drive()
             drive_end = time.monotonic()
+            self._enter("drain", "drive_ended")
             if self.publishers is not None:
                 self.publishers.set_target("drain", self.config.drain_publishers)
             self.drained = self._drain(topology, capture, notifications, duplicator)
             self.timings["drain_seconds"] = time.monotonic() - drive_end
+            self._enter("check", "drain_ended")
             if self.publishers is not None:
                 self.publishers.stop()
             evidence = self._evidence(topology, capture, notifications, duplicator, outcomes)
             checks = evaluate(evidence)
+            self.moments["checked"] = time.time()
             if self.epilogue is not None and self.drained:
+                self._enter("after", "checked")
                 began_epilogue = time.monotonic()
                 live = Live(topology, capture, notifications, duplicator, outcomes, checks)
                 self.epilogue_report = self.epilogue(self, live)
                 self.timings["epilogue_seconds"] = time.monotonic() - began_epilogue
+                self.moments["epilogue_ended"] = time.time()
         finally:
+            if self.progress is not None:
+                self.progress.stop()
+                self.progress = None
             if self.publishers is not None:
                 self.publishers.stop()
             if self.restart is not None:
@@ -550,7 +619,9 @@ class Run:
 
     def _drive(self) -> list[OrderOutcome]:
         plan = scripts(self.config.orders, self.config.seed, self.stock)
-        driver = Driver(self.stack.api_url, self.config.client_timeout_seconds, self.config.workers)
+        driver = self.driver = Driver(
+            self.stack.api_url, self.config.client_timeout_seconds, self.config.workers
+        )
         at: dict[int, list[Callable[[], None]]] = {}
         if self.config.inject_poison:
             at.setdefault(len(plan) // 3, []).append(
@@ -577,15 +648,17 @@ class Run:
             at.setdefault(index, []).insert(0, lambda: self._restart_database(restart, index))
         started = time.monotonic()
         last = [started]
+        self._enter("drive", "drive_began")
         if publishers is not None:
             publishers.start("drive, first half", self.config.publishers_at_once[0])
 
         def progress(index: int, _: OrderScript) -> None:
+            self.sent_at.append(time.time())
             for action in at.get(index, []):
                 action()
             if time.monotonic() - last[0] >= _PROGRESS_SECONDS:
-                last[0] = time.monotonic()
-                self.say(f"driving: {index + 1}/{len(plan)} orders sent, {dict(driver.counters)}")
+                last[0] = time.monotonic()  # the live line counts the orders; this, the client's answers
+                self.say(f"driving: client so far {dict(driver.counts())}")
 
         outcomes = driver.run(plan, progress, rate=self.config.rate)
         if restart is not None:
@@ -847,7 +920,21 @@ class Run:
             **({"epilogue": self.epilogue_report} if self.epilogue is not None else {}),
             "plan": json.loads(self.plan.to_json()),
             "run_dir": str(self.run_dir),
+            "timeline": self._timeline(evidence, outcomes),
         }
+
+    def _timeline(self, evidence: Evidence, outcomes: list[OrderOutcome]) -> dict[str, Any]:
+        """When things happened (tools/chaos/timeline.py): what the run's chart draws."""
+        began = self.moments.get("began", time.time())
+        return timeline.build(
+            began,
+            phases={name: t for name, t in self.moments.items() if name != "began"},
+            sent=self.sent_at,
+            settled=timeline.settled_at(evidence.bus).values(),
+            ledger=evidence.ledger,
+            outages=evidence.database_outages,
+            breaks=timeline.rule_breaks(outcomes),
+        )
 
     def _postgres_figures(self, evidence: Evidence, outcomes: list[OrderOutcome]) -> dict[str, Any]:
         """What only the PostgreSQL order store shows: its rows' states and publish lag, the publishers,

@@ -40,5 +40,19 @@ class Ledger:
                 fcntl.flock(handle, fcntl.LOCK_UN)
         return [json.loads(line) for line in lines if line.strip()]
 
+    def read_from(self, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """The entries appended since byte `offset`, and the offset after them (the live line reads the
+        ledger as it grows, not whole every time)."""
+        if not self.path.exists():
+            return [], offset
+        with self.path.open("rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            try:
+                handle.seek(offset)
+                data = handle.read()
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return [json.loads(line) for line in data.splitlines() if line.strip()], offset + len(data)
+
     def counts(self) -> Counter[str]:
         return Counter(entry["kind"] for entry in self.entries())

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from tools.chaos import chart
 
 
 def _row(label: str, value: Any) -> str:
@@ -211,8 +216,30 @@ def render(report: dict[str, Any]) -> str:
         ),
         *([_row("after the run (s)", timings["epilogue_seconds"])] if "epilogue_seconds" in timings else []),
         _row("drained within the bound", report["drained"]),
+        *([_row("chart (timeline of the run)", report["chart"])] if report.get("chart") else []),
+        *(
+            [_row("chart (timeline of the run)", f"not drawn: {error}")]
+            if (error := report.get("chart_error"))
+            else []
+        ),
         *_epilogue(report.get("epilogue")),
         "",
         f"result: {'PASS' if report['passed'] else 'FAIL'}   (run directory {report['run_dir']})",
     ]
     return "\n".join(lines)
+
+
+def save(report: dict[str, Any], path: Path) -> None:
+    """The report as JSON at `path` and, when it has a timeline, its chart beside it (chart.png_beside),
+    named in the report ("chart"). A chart that cannot be drawn is named as such (report["chart_error"]),
+    and the JSON is written all the same: a run's figures outlive a plotting failure."""
+    if "timeline" in report:
+        png = chart.png_beside(path)
+        try:
+            report["chart"] = str(chart.write(report, png))
+        except Exception as exc:  # noqa: BLE001 - the run's JSON is written whatever matplotlib does
+            report["chart"] = None
+            report["chart_error"] = repr(exc)
+            print(f"warning: the chart of the run was not drawn: {exc!r}", file=sys.stderr)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
