@@ -535,3 +535,15 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
     summary = report["summary"]
     assert summary["relay_poison_queue"] == summary["poison_injected"] == len(rows) + 1  # + inventory's
     assert summary["lost"] == summary["phantom"] == summary["duplicate_effects"] == 0
+
+
+def test_a_fault_whose_call_failed_on_its_own_is_given_back_to_be_injected_later(tmp_path: Path) -> None:
+    """A claim is only an injection once it happened: released, its kind's one slot is free again."""
+    state = faults.FunctionState(tmp_path, "OrdersApiFunction")
+    assert state.claim("api.timeout_after_commit", ["key-1"], cap=1)
+    assert not state.claim("api.timeout_after_commit", ["key-2"], cap=1)  # the one slot is taken
+
+    state.release("api.timeout_after_commit", ["key-1"])
+
+    assert state.counts()["api.timeout_after_commit"] == 0
+    assert state.claim("api.timeout_after_commit", ["key-1"], cap=1)  # the id may be faulted again

@@ -161,6 +161,12 @@ class FunctionState:
             state["faulted"].extend(ids)
             return True
 
+    def release(self, kind: str, ids: list[str]) -> None:
+        """Give back a fault claimed but never injected (the call it was to follow failed on its own)."""
+        with self._locked() as state:
+            state["counts"][kind] = max(0, state["counts"].get(kind, 0) - 1)
+            state["faulted"] = [faulted for faulted in state["faulted"] if faulted not in set(ids)]
+
 
 def _detail_id(body: Any) -> str | None:
     """The CloudEvent id of an SQS body holding an EventBridge event, None when malformed."""
@@ -373,7 +379,14 @@ class Injector:
             held = round(time.monotonic() - began, 2)
             self._record(kind, operation, raced=raced, held_seconds=held, **details)
             return original(client, operation, params)
-        result = original(client, operation, params)
+        try:
+            result = original(client, operation, params)
+        except BaseException:
+            # Not committed (a conflict, a condition): no timeout after a commit happened. Give the claim
+            # back, or a kind with one slot in a small run would be counted as injected and never logged.
+            self.state.release(kind, identity)
+            self._satisfied.discard(kind)
+            raise
         pause = self.plan.client_timeout_seconds + 1.0
         self._record(kind, operation, sleep_seconds=pause, **details)
         time.sleep(pause)  # committed; the client gives up first and retries with the same key
