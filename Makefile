@@ -89,13 +89,15 @@ build: $(STAMP) ## sam build (no Docker)
 
 # Chromium from the OS packages (Debian: the chromium package; Playwright's own browser download needs the
 # internet). Installed when this runs as root with apt-get (CI's fresh machine); elsewhere it says how, and
-# the browser tests are skipped with that reason printed. A failed apt-get install fails the target.
+# the browser tests are skipped with that reason printed. A failed apt-get install is a note, not a failure:
+# the rest of make test still runs (the browser tests then skip and say why).
 browser: ## headless Chromium for the inspector's browser tests and make docs (apt-get install chromium, as root)
 	@if [ -x "$(CHROMIUM)" ]; then echo "browser: $$("$(CHROMIUM)" --version 2>/dev/null || echo "$(CHROMIUM)")"; \
 	elif [ "$(CHROMIUM)" = /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	  echo "installing chromium from the OS packages (apt-get)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
-	    >/dev/null && echo "browser: $$(/usr/bin/chromium --version 2>/dev/null)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+	    >/dev/null && echo "browser: $$(/usr/bin/chromium --version 2>/dev/null)"; } \
+	  || echo "note: apt-get install chromium failed: the browser tests will be skipped, saying why"; \
 	else \
 	  echo "note: no Chromium at $(CHROMIUM), and it cannot be installed here (needs apt-get as root): the"; \
 	  echo "  browser tests will be skipped; install it (Debian: apt-get install chromium) or set CHROMIUM=<path>"; \
