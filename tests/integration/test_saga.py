@@ -124,6 +124,22 @@ def test_a_cancelled_order_gets_its_stock_back_and_the_customer_is_told(
     assert len(notified(saga_stack, order["orderId"], "OrderConfirmed")) == 1
 
 
+def consumer_deliveries(
+    stack: LocalStack, order_id: str
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]] | None:
+    """(consumer, CloudEvent, message attributes) of each delivery of the order's events, once all three
+    consumers have had one; None before."""
+    seen = [
+        (invocation.function, json.loads(record["body"])["detail"], record.get("attributes", {}))
+        for invocation in stack.activity.invocations()
+        if invocation.trigger == "sqs"
+        for record in invocation.records
+        if json.loads(record["body"]).get("detail", {}).get("subject") == order_id
+    ]
+    consumers = {"InventoryFunction", "OrderStatusFunction", "NotificationFunction"}
+    return seen if {function for function, _, _ in seen} == consumers else None
+
+
 def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(saga_stack: LocalStack, sku):
     correlation = f"corr-it-{uuid.uuid4().hex[:8]}"
     response = requests.post(
@@ -138,19 +154,12 @@ def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(saga_
     )
     order_id = response.json()["orderId"]
 
-    def handled() -> list[tuple[str, dict[str, Any]]] | None:
-        seen = [
-            (invocation.function, json.loads(record["body"])["detail"])
-            for invocation in saga_stack.activity.invocations()
-            if invocation.trigger == "sqs"
-            for record in invocation.records
-            if json.loads(record["body"]).get("detail", {}).get("subject") == order_id
-        ]
-        consumers = {"InventoryFunction", "OrderStatusFunction", "NotificationFunction"}
-        return seen if {function for function, _ in seen} == consumers else None
-
-    events = saga_stack.wait_for(handled, SAGA_SECONDS, "every consumer handled the saga")
-    assert {event["correlationid"] for _, event in events} == {correlation}
+    events = saga_stack.wait_for(
+        functools.partial(consumer_deliveries, saga_stack, order_id),
+        SAGA_SECONDS,
+        "every consumer handled the saga",
+    )
+    assert {event["correlationid"] for _, event, _ in events} == {correlation}
 
 
 def test_one_saga_is_one_trace_from_the_api_to_the_notification(saga_stack: LocalStack, sku):
@@ -173,21 +182,12 @@ def test_one_saga_is_one_trace_from_the_api_to_the_notification(saga_stack: Loca
         order_id: str = response.json()["orderId"]
         return order_id
 
-    def deliveries(order_id: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]] | None:
-        seen = [
-            (invocation.function, json.loads(record["body"])["detail"], record.get("attributes", {}))
-            for invocation in saga_stack.activity.invocations()
-            if invocation.trigger == "sqs"
-            for record in invocation.records
-            if json.loads(record["body"]).get("detail", {}).get("subject") == order_id
-        ]
-        consumers = {"InventoryFunction", "OrderStatusFunction", "NotificationFunction"}
-        return seen if {function for function, _, _ in seen} == consumers else None
-
     trace_ids = []
     for order_id in (place_one(), place_one()):
         seen = saga_stack.wait_for(
-            functools.partial(deliveries, order_id), SAGA_SECONDS, "every consumer handled it"
+            functools.partial(consumer_deliveries, saga_stack, order_id),
+            SAGA_SECONDS,
+            "every consumer handled it",
         )
         contexts = [from_traceparent(event.get("traceparent")) for _, event, _ in seen]
         assert None not in contexts, [event.get("traceparent") for _, event, _ in seen]

@@ -93,6 +93,15 @@ def write_events(connection: psycopg.Connection, events: list[CloudEvent]) -> No
             insert_outbox_row(cursor, each, max_event_bytes=SETTINGS.max_event_bytes, trace_header=None)
 
 
+def write_raw_row(connection: psycopg.Connection, event_id: str, order_id: str, envelope: str) -> None:
+    """An outbox row written as is, bypassing the writer's checks (poison), in its own transaction."""
+    connection.execute(
+        "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
+        " VALUES (%s, %s, 1, 'OrderNoted', %s)",
+        (event_id, order_id, envelope),
+    )
+
+
 def test_every_committed_event_reaches_the_bus_once_in_sequence_and_the_slot_moves_past_it(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
@@ -255,10 +264,7 @@ def test_a_poison_row_is_parked_whole_and_the_slot_moves_past_it(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
     with connect(order_database) as connection:
-        connection.execute(
-            "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
-            " VALUES ('poison-1', 'order-p', 1, 'OrderNoted', '{\"not\": \"a cloudevent\"}')"
-        )
+        write_raw_row(connection, "poison-1", "order-p", '{"not": "a cloudevent"}')
         with connection.transaction():
             write_events(connection, [event("order-q", 1)])
     sink = ListSink()
@@ -278,10 +284,7 @@ def test_when_the_poison_queue_fails_the_slot_stays_before_the_poison_row(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
     with connect(order_database) as connection:
-        connection.execute(
-            "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
-            " VALUES ('poison-2', 'order-p', 1, 'OrderNoted', '[]')"
-        )
+        write_raw_row(connection, "poison-2", "order-p", "[]")
 
     outcome = relay_round(database, ListSink(fail=True))
 
@@ -338,10 +341,7 @@ def test_a_crash_after_an_advance_never_leaves_the_slot_past_a_poison_row_not_ma
     crash after PutEvents), a crash after it parks nothing twice."""
 
     def write_poison(connection: psycopg.Connection) -> None:
-        connection.execute(
-            "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
-            " VALUES ('poison-3', 'order-p', 1, 'OrderNoted', '{\"not\": \"a cloudevent\"}')"
-        )
+        write_raw_row(connection, "poison-3", "order-p", '{"not": "a cloudevent"}')
 
     with connect(order_database) as connection:
         if poison_first:
@@ -377,10 +377,7 @@ def test_a_round_that_parks_a_row_moves_the_slot_past_it_once_the_mark_is_commit
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
     with connect(order_database) as connection:
-        connection.execute(
-            "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
-            " VALUES ('poison-4', 'order-p', 1, 'OrderNoted', '[]')"
-        )
+        write_raw_row(connection, "poison-4", "order-p", "[]")
         with connection.transaction():
             write_events(connection, [event("order-r", 1)])
     sink = ListSink()
