@@ -18,14 +18,14 @@ CHROMIUM  ?= /usr/bin/chromium
 export CHROMIUM
 PYTEST    := $(BIN)/pytest
 # The tools' own unit tests, next to what they test; they run with the product's (test-unit, test).
-TOOL_TESTS := tools/local/tests tools/docs/tests tools/bench/tests
+TOOL_TESTS := tools/local/tests tools/docs/tests tools/bench/tests tools/artefacts/tests
 
 # Scanners get their own venv: checkov's boto3 pin conflicts with aws-sam-cli's (requirements-scan.txt).
 SCAN_VENV  := .venv-scan
 SCAN_BIN   := $(abspath $(SCAN_VENV))/bin
 SCAN_STAMP := $(SCAN_VENV)/.installed
-# checkov does not expand Fn::ForEach: it scans the template as SAM CLI expands it (tools/template/expand.py),
-# and the nested template of the order database (OrderStore=postgres) as written, with the settings and
+# checkov does not apply AWS::LanguageExtensions: it scans the template as SAM CLI's processors read it
+# (tools/template/expand.py), and the nested template of the order database (OrderStore=postgres) as written, with the settings and
 # the reasoned skips of .checkov.yaml.
 EXPANDED   := .aws-sam/expanded/template.json
 NESTED     := nested/order-database.yaml
@@ -37,7 +37,7 @@ AUDITED    := layers/shared/requirements.txt $(wildcard functions/*/requirements
 # --ignore-vuln <ID> here with a comment saying why it does not apply.
 AUDIT_ARGS := --vulnerability-service $(or $(AUDIT_SERVICE),pypi)
 
-.PHONY: help install lint scan audit build browser test test-unit test-conformance test-integration test-e2e deploy local invoke clean
+.PHONY: help install lint scan audit template build browser test test-unit test-conformance test-integration test-e2e deploy local invoke clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -83,6 +83,9 @@ audit: $(SCAN_STAMP) ## pip-audit of the shared layer and function requirements 
 	    echo "  (\"Dependency not found on PyPI\" means https://pypi.org/pypi/<name>/<version>/json is"; \
 	    echo "  unreachable from here; try AUDIT_SERVICE=osv where api.osv.dev is reachable)"; exit 1; }; \
 	done
+
+template: $(STAMP) ## write template.yaml out from template.source.yaml (its Fn::ForEach loops expanded: tools/template/generate.py)
+	$(BIN)/python -m tools.template.generate
 
 build: $(STAMP) ## sam build (no Docker)
 	$(BIN)/sam build --template template.yaml --cached --parallel

@@ -1,9 +1,10 @@
 """A fourth consumer from exactly the lines docs/extending.md shows, run by the unchanged local stack.
 
-The test writes a copy of template.yaml with the documented row, access policy and collection entries
-(the receipt consumer of tests/fixtures/), checks that the diff is as long as the page says, starts the
-local stack from the copy and creates an order through the API: the new consumer must receive the
-OrderCreated event from its own queue and apply it (publish the receipt).
+The test writes a copy of template.source.yaml with the documented row, access policy and collection
+entries (the receipt consumer of tests/fixtures/), checks that the diff is as long as the page says,
+writes its loops out as `make template` does, starts the local stack from the result and creates an
+order through the API: the new consumer must receive the OrderCreated event from its own queue and
+apply it (publish the receipt).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.integration.conftest import start_stack, stop_stack
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
 from tools.template import ROOT, TEMPLATE_PATH, Template
+from tools.template.generate import SOURCE_PATH, generate
 
 DOC = (ROOT / "docs" / "extending.md").read_text()
 RECEIPT_SECONDS = 20.0  # a bound on waiting, not a speed target
@@ -42,7 +44,7 @@ def documented_count(what: str) -> int:
 
 
 def with_receipt_consumer(text: str) -> str:
-    """template.yaml plus the receipt consumer, as docs/extending.md says to add it."""
+    """template.source.yaml plus the receipt consumer, as docs/extending.md says to add it."""
     assert text.count(LAST_ROW) == 1
     assert text.count(ALARMS_BANNER) == 1
     assert text.count("Notification]") == 5, "the five collections of the function and consumer loops"
@@ -52,8 +54,8 @@ def with_receipt_consumer(text: str) -> str:
 
 
 def test_adding_a_consumer_takes_the_lines_the_page_counts():
-    before = TEMPLATE_PATH.read_text().splitlines()
-    after = with_receipt_consumer(TEMPLATE_PATH.read_text()).splitlines()
+    before = SOURCE_PATH.read_text().splitlines()
+    after = with_receipt_consumer(SOURCE_PATH.read_text()).splitlines()
     diff = list(difflib.unified_diff(before, after, lineterm="", n=0))
     plus = [line for line in diff if line.startswith("+") and not line.startswith("+++")]
     minus = [line for line in diff if line.startswith("-") and not line.startswith("---")]
@@ -67,7 +69,7 @@ def receipt_stack(
 ) -> Iterator[LocalStack]:
     workdir = tmp_path_factory.mktemp("added-consumer")
     path = workdir / "template.yaml"
-    path.write_text(with_receipt_consumer(TEMPLATE_PATH.read_text()))
+    path.write_text(generate(with_receipt_consumer(SOURCE_PATH.read_text())))
     options = StackOptions(
         api_port=0,
         data_dir=workdir / "stack",
@@ -134,4 +136,5 @@ def test_the_added_consumer_receives_and_applies_its_events(receipt_stack: Local
 def test_the_copy_leaves_template_yaml_alone():
     # The copy is written elsewhere; the consumers defined in the repository are still the three.
     assert "Receipt" not in TEMPLATE_PATH.read_text()
+    assert "Receipt" not in SOURCE_PATH.read_text()
     assert Path(ROOT / "tests" / "fixtures" / "receipt_consumer" / "app.py").is_file()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tools.artefacts import check_build
 from tools.local.reader.artefacts import build_for_host
 from tools.template import ROOT, Template, load_yaml
 
@@ -56,6 +57,18 @@ def test_native_wheels_in_the_layer_are_arm64(built: dict[str, Path]):
     native = list((built["SharedLayer"] / "python").rglob("*.so"))
     assert native, "expected native modules (wrapt's) in the layer"
     assert all("aarch64" in path.name for path in native), [p.name for p in native if "aarch64" not in p.name]
+
+
+def test_every_artefact_is_what_the_arm64_python313_runtime_loads(built: dict[str, Path]):
+    # aarch64 ELF only, CPython 3.13 extension tags, wheels for glibc <= 2.34 (AL2023), and each
+    # function with its layers within Lambda's 250 MB unzipped (tools/artefacts/README.md)
+    report = check_build(BUILD_DIR)
+    assert report.ok, "\n".join(["python -m tools.artefacts found:", *map(str, report.problems)])
+    assert report.extensions, "expected native extension modules (wrapt's, psycopg's, jsonschema-rs')"
+    resources = load_yaml(BUILD_DIR / "template.yaml")["Resources"]
+    functions = {name for name, r in resources.items() if r.get("Type") == "AWS::Serverless::Function"}
+    assert functions <= set(built)
+    assert set(report.function_sizes) == functions
 
 
 def test_built_artefacts_import_and_run_a_handler(x86_build: Path, template: Template):

@@ -39,6 +39,7 @@ DOCS = {
     page: (ROOT / "docs" / f"{page}.md").read_text() for page in ("reference", "operations", "configuration")
 }
 TEMPLATE_TEXT = (ROOT / "template.yaml").read_text()
+SOURCE_TEXT = (ROOT / "template.source.yaml").read_text()  # the loops template.yaml is written out from
 Grant = tuple[str, str]  # (IAM action, resource: logical id, "<logical id>.StreamArn" or "*")
 
 STORES = ("dynamodb", "postgres")  # the template's OrderStore values
@@ -704,7 +705,7 @@ def test_api_auth_is_iam_by_default_and_none_is_allowed(template: Template):
     assert spec["Default"] == "AWS_IAM"
     assert spec["AllowedValues"] == ["AWS_IAM", "NONE"]
     assert template.properties("OrdersApi")["Auth"] == {"DefaultAuthorizer": "AWS_IAM"}
-    assert Template(template.data, {"ApiAuthType": "NONE"}).properties("OrdersApi")["Auth"] == {}
+    assert "Auth" not in Template(template.data, {"ApiAuthType": "NONE"}).properties("OrdersApi")
 
 
 def test_every_sample_event_is_used_by_a_test():
@@ -1039,7 +1040,7 @@ def test_each_function_is_named_by_its_row_in_logs_metrics_and_alarms(template: 
 
 
 def test_the_functions_roles_the_tables_the_consumer_and_each_alarm_kind_are_written_once():
-    raw = parse_yaml(TEMPLATE_TEXT)  # before Fn::ForEach expansion
+    raw = parse_yaml(SOURCE_TEXT)  # the source, its Fn::ForEach loops as written (template.yaml repeats them)
 
     def written(node: Any) -> Iterator[dict[str, Any]]:
         if isinstance(node, dict):

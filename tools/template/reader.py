@@ -90,16 +90,8 @@ def _plain(value: Any) -> Any:
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    """A template file as the SAM transform receives it: Fn::ForEach expanded (see the module docstring)."""
+    """A template file as the SAM transform receives it: AWS::LanguageExtensions applied (see above)."""
     return expand_language_extensions(parse_yaml(path.read_text(), path))
-
-
-def _contains_for_each(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(str(k).startswith("Fn::ForEach::") or _contains_for_each(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_contains_for_each(item) for item in value)
-    return False
 
 
 def expand_language_extensions(data: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +101,7 @@ def expand_language_extensions(data: dict[str, Any]) -> dict[str, Any]:
     pseudo parameters into the resources, which would freeze them, and its partial Fn::Sub resolution
     returns a plain string with the resource placeholders left in it (tools/template/README.md).
     """
-    if not check_using_language_extension(data) or not _contains_for_each(data):
+    if not check_using_language_extension(data):
         return data
     defaults = {name: spec.get("Default") for name, spec in (data.get("Parameters") or {}).items()}
     context = TemplateProcessingContext(

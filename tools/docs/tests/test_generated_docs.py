@@ -55,9 +55,8 @@ def test_a_changed_table_cell_is_put_back_and_prose_is_kept(expanded: ExpandedTe
     assert "its OWN execution role" in regenerated  # prose outside the markers is the page's own
 
 
-# --- the template as it is written: Fn::ForEach loops and attached role policies ---------------------
-def test_the_consumers_made_by_a_loop_are_documented_one_by_one(expanded: ExpandedTemplate) -> None:
-    assert any(key.startswith("Fn::ForEach::") for key in expanded.raw["Resources"])
+# --- the template's repeated blocks and attached role policies --------------------------------------
+def test_each_consumers_resources_are_documented_one_by_one(expanded: ExpandedTemplate) -> None:
     table = reference.resources_table(expanded)
     for consumer in ("Inventory", "OrderStatus", "Notification"):
         for suffix in ("Queue", "DeadLetterQueue", "QueuePolicy", "Rule", "Function", "FunctionRole"):
