@@ -5,11 +5,14 @@ give it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from shop.adapters.postgres import replication
 from shop.adapters.postgres.connection import ConnectionSettings
 from shop.runtime.polling_publisher import RESERVE_SECONDS
 from tests.conftest import reset_process_state
@@ -93,3 +96,129 @@ def test_the_maintenance_function_replays_when_asked_and_refuses_a_malformed_req
     assert (report["missing"], report["complete"]) == (["no-such-event"], False)
     assert "health" not in report  # a replay request runs no maintenance
     assert refused["error"]["code"] == "INVALID_REPLAY_REQUEST"
+
+
+# --- the migration custom resource (OrderDatabaseSchema) ----------------------------------------------
+Migrate = Callable[..., dict[str, Any]]
+
+
+def relay_state(settings: ConnectionSettings) -> tuple[str, bool]:
+    with connect(settings) as connection:
+        found = connection.execute("SELECT mode FROM outbox_relay").fetchone()
+        assert found is not None
+        return found[0], replication.slot_exists(connection, replication.slot_name(settings.dbname))
+
+
+@pytest.fixture
+def migrate(
+    order_store_env: None, order_database: ConnectionSettings, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Migrate]:
+    """migrate(request_type, properties, old=None): CloudFormation's request to the migration function,
+    whose environment says polling; returns its answer (PUT to the presigned URL, captured here). The
+    relay is polling again afterwards."""
+    monkeypatch.setenv("POSTGRES_RELAY", "polling")  # what a version published before a switch holds
+    reset_process_state()
+    spec = FunctionSpec(
+        "OrderDatabaseMigrationFunction",
+        ROOT / "functions" / "order_database_migration",
+        "app.lambda_handler",
+        300,
+        {},
+        {},
+        [],
+    )
+    module = load_handler_module(spec)
+    clear_module_caches(module)
+    answers: list[dict[str, Any]] = []
+
+    def request(method: str, url: str, body: bytes, **_: Any) -> SimpleNamespace:
+        answers.append(json.loads(body))
+        return SimpleNamespace(status=200)
+
+    monkeypatch.setattr(
+        module, "urllib3", SimpleNamespace(PoolManager=lambda: SimpleNamespace(request=request))
+    )
+
+    def _migrate(
+        request_type: str, properties: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        event: dict[str, Any] = {
+            "RequestType": request_type,
+            "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/r",
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/shop/1",
+            "RequestId": f"request-{len(answers)}",
+            "LogicalResourceId": "OrderDatabaseSchema",
+            "ResourceType": "Custom::OrderDatabaseSchema",
+            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:m:live"}
+            | properties,
+        }
+        if request_type != "Create":
+            event["PhysicalResourceId"] = "order-database-schema"
+        if old is not None:
+            event["OldResourceProperties"] = old
+        module.lambda_handler(event, LambdaContext())
+        return answers[-1]
+
+    yield _migrate
+    with connect(order_database) as connection:
+        connection.execute("UPDATE outbox_relay SET mode = 'polling'")
+        replication.drop_publication_and_slot(connection, replication.slot_name(order_database.dbname))
+
+
+def test_the_migration_switches_to_the_relay_cloudformation_sends_not_the_one_in_its_environment(
+    migrate, order_database
+):
+    # PostgresRelay polling -> logical: the version behind the alias still says polling.
+    switched = migrate("Update", {"RelayMode": "logical"}, old={"RelayMode": "polling"})
+    on_logical = relay_state(order_database)
+    # A rollback sends the previous properties back: the relay follows them.
+    rolled_back = migrate("Update", {"RelayMode": "polling"}, old={"RelayMode": "logical"})
+
+    assert (switched["Status"], switched["Data"]["Relay"]) == ("SUCCESS", "logical"), switched
+    assert on_logical == ("logical", True)
+    assert (rolled_back["Status"], rolled_back["Data"]["Relay"]) == ("SUCCESS", "polling"), rolled_back
+    assert relay_state(order_database) == ("polling", False)
+
+
+@pytest.mark.parametrize(
+    ("request_type", "properties", "reason"),
+    [
+        ("Create", {}, "ResourceProperties.RelayMode is missing"),
+        ("Update", {"FunctionVersion": "2"}, "ResourceProperties.RelayMode is missing"),
+        (
+            "Update",
+            {"RelayMode": "wal"},
+            "ResourceProperties.RelayMode is 'wal', not one of polling, logical",
+        ),
+    ],
+)
+def test_the_migration_refuses_a_request_without_a_valid_relay_mode_and_changes_nothing(
+    migrate, order_database, request_type, properties, reason
+):
+    answer = migrate(request_type, properties, old=None if request_type == "Create" else {})
+
+    assert answer["Status"] == "FAILED"
+    assert reason in answer["Reason"]
+    assert relay_state(order_database) == ("polling", False)
+
+
+def test_a_rollback_to_the_template_before_the_relay_mode_property_follows_the_environment(
+    migrate, order_database
+):
+    """The previous template had no RelayMode: its rollback must not fail (the stack would be left in
+    UPDATE_ROLLBACK_FAILED); the relay is then what that template meant, the function's environment."""
+    migrate("Update", {"RelayMode": "logical"}, old={})
+
+    answer = migrate("Update", {"FunctionVersion": "1"}, old={"RelayMode": "logical"})
+
+    assert (answer["Status"], answer["Data"]["Relay"]) == ("SUCCESS", "polling"), answer
+    assert relay_state(order_database) == ("polling", False)
+
+
+def test_a_delete_needs_no_relay_mode_and_drops_the_slot(migrate, order_database):
+    migrate("Create", {"RelayMode": "logical"})
+
+    answer = migrate("Delete", {})
+
+    assert answer["Status"] == "SUCCESS", answer
+    assert relay_state(order_database)[1] is False

@@ -507,7 +507,13 @@ def _order_database_migration(
                 "RequestId": f"request-{request_type}",
                 "LogicalResourceId": "OrderDatabaseSchema",
                 "ResourceType": "Custom::OrderDatabaseSchema",
-                "ResourceProperties": {"FunctionVersion": "1"},
+                # What CloudFormation sends: the resource's properties (RelayMode: !Ref PostgresRelay)
+                "ResourceProperties": {
+                    "FunctionVersion": "1",
+                    "RelayMode": template.resolve(
+                        template.resources["OrderDatabaseSchema"]["Properties"]["RelayMode"]
+                    ),
+                },
             },
         )
     assert [answer["Status"] for answer in answers] == ["SUCCESS"] * 3, answers

@@ -1,8 +1,10 @@
-"""template.yaml as SAM CLI reads it (loop expansion, Globals, intrinsics): tools/template/README.md.
+"""template.yaml as SAM CLI reads it (loop expansion, Globals, intrinsics), and as CloudFormation processes
+it for given parameters (translate): tools/template/README.md.
 
 The one reader of the template for the product's tests and for every tool (the local stack, chaos,
-bench). Imports: the standard library and SAM CLI's own reader; nothing else of tools/, so the product's
-unit tests can read the template without the local stack.
+bench). Imports: the standard library and SAM CLI's own code (with samtranslator and boto3, which it
+brings); nothing else of tools/, so the product's unit tests can read the template without the local
+stack.
 """
 
 from tools.template.reader import (
@@ -16,15 +18,22 @@ from tools.template.reader import (
     load_yaml,
     parse_yaml,
 )
+from tools.template.translate import Change, ChangeSet, Stack, changes, compare, translate
 
 __all__ = [
     "ACCOUNT",
     "REGION",
     "ROOT",
     "TEMPLATE_PATH",
+    "Change",
+    "ChangeSet",
     "FunctionSpec",
+    "Stack",
     "Template",
     "TemplateError",
+    "changes",
+    "compare",
     "load_yaml",
     "parse_yaml",
+    "translate",
 ]
