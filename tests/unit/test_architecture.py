@@ -7,10 +7,11 @@ TYPE_CHECKING blocks too, relative ones resolved) of every module.
     operations     imported only by operations/, tools/ and the tests that exercise it: no shipped code
                    (the layer, the functions) and no other code depends on operator commands
     tests/unit     the product's unit tests stand alone: of tools/ they import only the template reader
-                   (tools.template), never the local stack, chaos, bench or docs tooling; of tests/ only
-                   their own modules, tests/support and tests/conftest.py. tests/conftest.py is held to
-                   the same rule for what loading it runs (its local-stack fixtures import the stack only
-                   when a test asks for one).
+                   (tools.template) and the IAM evaluation of the template (tools.iam, which itself
+                   imports nothing else of tools/ but tools.template), never the local stack, chaos, bench
+                   or docs tooling; of tests/ only their own modules, tests/support and
+                   tests/conftest.py. tests/conftest.py is held to the same rule for what loading it runs
+                   (its local-stack fixtures import the stack only when a test asks for one).
 and the key design stays in one module: no shipped or operator code but shop/adapters/keys.py spells a
 key prefix.
 """
@@ -30,6 +31,8 @@ SHOP = ROOT / "layers" / "shared" / "shop"
 DOMAIN_NEVER = ("boto3", "botocore", "aws_lambda_powertools", "shop.adapters", "shop.runtime")
 KEY_PREFIXES = ("ORDER#", "REQUEST#", "SKU#", "RESERVATION#", "OUTBOX#")
 PRODUCT_TEST_MODULES = ("tests.unit", "tests.support", "tests.conftest")
+# What of tools/ the product's unit tests may import, and what of tools/ each of those imports itself.
+PRODUCT_TEST_TOOLS = {"tools.template": (), "tools.iam": ("tools.template",)}
 NOT_PROJECT_CODE = {".venv", ".venv-scan", ".aws-sam", ".mutation", "node_modules", ".git"}
 
 
@@ -100,7 +103,7 @@ def adapters_may_not_import(name: str) -> bool:
 
 def product_tests_may_not_import(name: str) -> bool:
     if within(name, "tools"):
-        return name != "tools" and not within(name, "tools.template")
+        return name != "tools" and not any(within(name, allowed) for allowed in PRODUCT_TEST_TOOLS)
     if within(name, "tests"):
         return name != "tests" and not any(within(name, own) for own in PRODUCT_TEST_MODULES)
     return False
@@ -142,6 +145,17 @@ def test_product_unit_tests_import_no_tooling_but_the_template_reader():
     conftest = [ROOT / "tests" / "conftest.py"]
     assert "tools.template" in set(imports(conftest[0], ROOT, when_loaded=True))
     assert violations(conftest, ROOT, product_tests_may_not_import, when_loaded=True) == []
+
+
+def test_the_tools_the_product_tests_use_import_no_other_tooling():
+    for tool, may_import in PRODUCT_TEST_TOOLS.items():
+        files = python_files(ROOT.joinpath(*tool.split(".")))
+        assert files, tool
+
+        def forbidden(name: str, allowed: tuple[str, ...] = (tool, *may_import)) -> bool:
+            return within(name, "tools") and name != "tools" and not any(within(name, a) for a in allowed)
+
+        assert violations(files, ROOT, forbidden) == [], tool
 
 
 def spelled_key_prefixes(path: Path) -> list[str]:
@@ -232,6 +246,7 @@ def product_test_module(root: Path, relative: str, statement: str) -> Path:
         "import tools",
         "import tests.conftest",
         "from tools.template import Template",
+        "from tools.iam import decisions",
         "from tests.support import ROOT",
         "from tests.unit.fakes import F",
     ]

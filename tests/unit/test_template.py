@@ -6,6 +6,7 @@ one store deploys is checked where it exists, and what the other would not deplo
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import re
@@ -32,6 +33,21 @@ from shop.runtime.config import Settings
 from shop.runtime.polling_publisher import RESERVE_SECONDS
 from tests.support import LambdaContext, json_body, load_event, load_handler_module
 from tests.support.postgres import connect
+from tools.iam import (
+    Access,
+    Decision,
+    DeployedTemplate,
+    Request,
+    ResourceNames,
+    Statement,
+    Touch,
+    UnknownResource,
+    decisions,
+    deployed,
+    local_names,
+    missing_condition_keys,
+    touches,
+)
 from tools.template import ROOT, Template, parse_yaml
 
 # The README links to docs/; the promises about the template live in these pages.
@@ -341,9 +357,14 @@ _TRANSACT_ACTIONS = {
 
 
 class CallRecorder:
-    """Records every AWS call made while recording, as (IAM action, resource logical id) pairs."""
+    """Records every AWS call made while recording, as (IAM action, resource logical id) pairs, and as
+    what IAM authorises for it (`touches`: each action on each resource ARN, with the condition keys the
+    call sets; tools/iam/calls.py), with `names` turning the local names the code was given into ARNs."""
 
-    def __init__(self, template: Template) -> None:
+    def __init__(self, template: Template, names: ResourceNames | None = None) -> None:
+        self.names = names or ResourceNames()
+        self.touches: list[Touch] = []
+        self.unknown: list[str] = []  # calls whose resources tools/iam/calls.py cannot name
         self.logical_ids: dict[str, str] = {}
         for logical_id in template.resources:
             self.logical_ids[template.physical_name(logical_id)] = logical_id
@@ -361,6 +382,10 @@ class CallRecorder:
         self.calls.add((f"{prefix}:{action}", self.logical_ids.get(resource, resource)))
 
     def record(self, prefix: str, operation: str, params: dict[str, Any]) -> None:
+        try:  # never an error inside the code under test: the test reports it
+            self.touches.extend(touches(prefix, operation, params, self.names))
+        except UnknownResource as exc:
+            self.unknown.append(str(exc))
         if operation == "TransactWriteItems":  # IAM authorises each action of a transaction on its own
             for item in params["TransactItems"]:
                 [(kind, spec)] = item.items()
@@ -388,9 +413,28 @@ class CallRecorder:
             self.recording = False
 
 
+_DEPLOYED: dict[str, DeployedTemplate] = {}
+
+
 @pytest.fixture
-def recorder(template: Template, monkeypatch: pytest.MonkeyPatch) -> CallRecorder:
-    calls = CallRecorder(template)
+def as_deployed(template: Template) -> DeployedTemplate:
+    """The template as CloudFormation deploys it (SAM's transform, AWS's ARNs): what IAM evaluates. Once
+    per store and module (the `template` fixture is made anew for each test parametrized through it)."""
+    key = json.dumps(
+        [template.data, template.parameter_values, template.stack_name, template.application_outputs],
+        sort_keys=True,
+        default=str,
+    )
+    if key not in _DEPLOYED:
+        _DEPLOYED[key] = deployed(template)
+    return _DEPLOYED[key]
+
+
+@pytest.fixture
+def recorder(
+    template: Template, as_deployed: DeployedTemplate, monkeypatch: pytest.MonkeyPatch
+) -> CallRecorder:
+    calls = CallRecorder(template, ResourceNames(local_names(template, as_deployed)))
     original = botocore.client.BaseClient._make_api_call  # type: ignore[attr-defined]
 
     def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
@@ -548,6 +592,146 @@ FUNCTIONS_OF = {
 }
 
 
+# --- what AWS would decide on each call -------------------------------------------------------------------
+DENIED_BY_THE_TEST = "DeniedByTheTest"  # the Sid of the Deny statement the mutation checks add
+
+
+def refusals(found: list[Decision]) -> list[str]:
+    """What AWS would refuse, or could not evaluate, or decide on a condition key the call does not set."""
+    return [str(decision) for decision in found if not decision.allowed] + [
+        f"{decision.request}: a policy conditions on {sorted(keys)}, which the request does not set"
+        for decision in found
+        if (keys := missing_condition_keys(decision.request))
+    ]
+
+
+def rebuilt(template: Template, data: dict[str, Any]) -> Template:
+    """A Template on changed data, with the parameters and nested outputs it was deployed with."""
+    return Template(
+        data,
+        parameters=template.parameter_values,
+        stack_name=template.stack_name,
+        application_outputs=template.application_outputs,
+    )
+
+
+def written_document(data: dict[str, Any], policy: str) -> dict[str, Any]:
+    """The policy document as written in the template's data, by its name in a Decision:
+    "<role>/<inline policy name>" or "<AWS::IAM::RolePolicy logical id>/<policy name>"."""
+    logical_id, _, name = policy.partition("/")
+    properties = data["Resources"][logical_id]["Properties"]
+    if "PolicyDocument" in properties:
+        document: dict[str, Any] = properties["PolicyDocument"]
+        return document
+    [inline] = [p for p in properties["Policies"] if p["PolicyName"] == name]
+    written: dict[str, Any] = inline["PolicyDocument"]
+    return written
+
+
+def written_statement(
+    conditions: dict[str, bool], document: dict[str, Any], statement: Statement
+) -> tuple[list[Any], int]:
+    """Where a deciding statement is written: the list holding it (a Statement list, or the Fn::If whose
+    chosen branch it is) and its position there."""
+    position = 0
+    for at, item in enumerate(as_list(document["Statement"])):
+        holder, key, written = document["Statement"], at, item
+        while isinstance(written, dict) and set(written) == {"Fn::If"}:
+            condition = written["Fn::If"][0]
+            holder, key = written["Fn::If"], 1 if conditions[condition] else 2
+            written = holder[key]
+        if written == {"Ref": "AWS::NoValue"}:
+            continue
+        position += 1
+        if (written.get("Sid") == statement.sid) if statement.sid else (position == statement.index):
+            return holder, key
+    raise AssertionError(f"{statement} is not written in {document}")
+
+
+def without_statement(template: Template, statement: Statement) -> dict[str, Any]:
+    """The template's data with one statement removed (with its policy, when it held nothing else)."""
+    data = copy.deepcopy(template.data)
+    assert statement.policy is not None
+    document = written_document(data, statement.policy)
+    holder, key = written_statement(template.conditions, document, statement)
+    holder[key] = {"Ref": "AWS::NoValue"}
+    if not chosen(template.conditions, as_list(document["Statement"])):  # a policy of that one statement
+        logical_id, _, name = statement.policy.partition("/")
+        resource = data["Resources"][logical_id]
+        if resource["Type"] == "AWS::IAM::RolePolicy":
+            del data["Resources"][logical_id]
+            for other in data["Resources"].values():
+                if logical_id in as_list(other.get("DependsOn", [])):
+                    other["DependsOn"] = [d for d in as_list(other["DependsOn"]) if d != logical_id]
+        else:
+            policies = resource["Properties"]["Policies"]
+            resource["Properties"]["Policies"] = [p for p in policies if p["PolicyName"] != name]
+    return data
+
+
+def narrower(aws: DeployedTemplate, arn: str) -> str:
+    """A resource next to the one a call touches: a table's index, or another resource of its kind."""
+    if arn.startswith("arn:aws:dynamodb:") and "/index/" not in arn:
+        return f"{arn}/index/OutboxByTime"
+    kind = arn[: max(arn.rfind(":"), arn.rfind("/")) + 1]
+    others = sorted(a for a in (aws.arn(r) for r in aws.resources) if a.startswith(kind) and a != arn)
+    return others[0] if others else f"{arn}-other"
+
+
+def with_resource_narrowed(
+    template: Template, aws: DeployedTemplate, statement: Statement, arn: str
+) -> dict[str, Any]:
+    """The template's data with the statement's resource that matches `arn` replaced by a narrower one."""
+    data = copy.deepcopy(template.data)
+    assert statement.policy is not None
+    holder, key = written_statement(template.conditions, written_document(data, statement.policy), statement)
+    written = holder[key]
+    resources = as_list(written["Resource"])
+    assert arn in [aws.resolve(r) for r in resources], (arn, resources)
+    written["Resource"] = [narrower(aws, arn) if aws.resolve(r) == arn else r for r in resources]
+    return data
+
+
+def with_deny(template: Template, function: str, touch: Touch) -> dict[str, Any]:
+    """The template's data with a Deny of one call added to the function's role."""
+    data = copy.deepcopy(template.data)
+    [policy, *_] = data["Resources"][role_of(template, function)]["Properties"]["Policies"]
+    deny = {"Sid": DENIED_BY_THE_TEST, "Effect": "Deny", "Action": touch.action, "Resource": touch.resource}
+    policy["PolicyDocument"]["Statement"] = [*as_list(policy["PolicyDocument"]["Statement"]), deny]
+    return data
+
+
+def assert_refused_once_the_grant_changes(
+    template: Template, aws: DeployedTemplate, function: str, made: list[Touch], found: list[Decision]
+) -> None:
+    """The evaluation can fail: a call one statement of the role grants is refused once that statement
+    is removed, once its resource is narrowed, and once a Deny of it is added, each change made to a
+    copy of the template's data, and the refusal names the function, the action and the resource."""
+    target = min(
+        (d for d in found if len(d.grants) == 1 and d.grants[0].policy_type == "identity"),
+        key=lambda d: (d.request.action, d.request.resource),
+    )
+    touch = next(
+        t for t in made if (t.action, t.resource) == (target.request.action, target.request.resource)
+    )
+    [statement] = target.grants
+    changed = {
+        "statement removed": without_statement(template, statement),
+        "resource narrowed": with_resource_narrowed(template, aws, statement, touch.resource),
+        "Deny added": with_deny(template, function, touch),
+    }
+    requests: list[Request] = []
+    for data in changed.values():
+        [request] = Access(deployed(rebuilt(template, data))).calls(function, [touch])
+        requests.append(request)
+    for (change, _), decision in zip(changed.items(), decisions(requests), strict=True):
+        expected = "ExplicitlyDenied" if change == "Deny added" else "ImplicitlyDenied"
+        assert decision.result == expected, f"{change}: {decision}"
+        assert str(decision).startswith(f"{function}: {touch.action} on {touch.resource}"), str(decision)
+        if change == "Deny added":
+            assert [s.sid for s in decision.denials] == [DENIED_BY_THE_TEST], str(decision)
+
+
 def test_every_function_has_a_scenario(template: Template):
     assert set(FUNCTIONS_OF[store(template)]) == set(functions(template))
     assert set(SCENARIOS) == {f for names in FUNCTIONS_OF.values() for f in names}
@@ -564,6 +748,7 @@ def test_code_column_is_exactly_what_the_code_calls(
     invoke: Callable[..., Any],
     recorder: CallRecorder,
     template: Template,
+    as_deployed: DeployedTemplate,
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ):
@@ -605,10 +790,23 @@ def test_code_column_is_exactly_what_the_code_calls(
 
     # Then its code called exactly what docs/reference.md says, on those resources
     calls = set(recorder.calls)
+    made = list(recorder.touches)
     if any(e["Type"] == "SQS" for e in template.function(function).events.values()):  # a consumer
         calls |= {(action, "IdempotencyTable") for action in idempotency_store_calls()}
+        made += [
+            Touch(action, as_deployed.arn("IdempotencyTable")) for action in sorted(idempotency_store_calls())
+        ]
     code, _ = documented_permissions(store(template))[function]
     assert calls == code
+
+    # And AWS, evaluating the function's role as deployed (every policy attached to it, SAM's transform
+    # run), allows each call on each resource it touches
+    assert recorder.unknown == []
+    found = decisions(Access(as_deployed).calls(function, made))
+    assert found
+    assert refusals(found) == []
+    # ... and would refuse one once the template no longer grants it
+    assert_refused_once_the_grant_changes(template, as_deployed, function, made, found)
 
 
 def test_every_function_runs_python313_on_arm64_with_its_own_log_group(template: Template):
