@@ -32,7 +32,7 @@ from tools.template import ROOT, Template
 SAM = str(Path(sys.executable).with_name("sam"))
 BUILD = ROOT / ".aws-sam" / "build"
 STORES = {"dynamodb": [], "postgres": ["--parameter-overrides", "OrderStore=postgres"]}
-# Each sample event and the function it is shaped for (events/README: the sources' documented shapes).
+# Each sample event and the function it is shaped for.
 SAMPLE_EVENTS = {
     "OrdersApiFunction": [
         "api_create_order.json",
@@ -141,11 +141,9 @@ def test_sam_local_invoke_as_users_run_it_stops_only_at_the_container_runtime():
 def test_sam_local_invoke_runs_each_function_as_built_with_each_sample_event(
     store: str, templates: dict[str, Template], sam: Callable[[list[str]], SamRun]
 ):
-    # Every sample event once (DynamoDB, where the shared functions' events were recorded), and on
-    # PostgreSQL each function with its first: SAM reads an event as JSON and nothing else of it.
     template = templates[store]
     for function, spec in template.functions().items():
-        for event in SAMPLE_EVENTS[function][: None if store == "dynamodb" else 1]:
+        for event in SAMPLE_EVENTS[function]:
             run = sam(["local", "invoke", function, "-e", f"events/{event}", *STORES[store]])
             assert run.error is None, f"{function} {event}: {run.error!r}"
             [invocation] = run.invocations

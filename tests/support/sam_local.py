@@ -7,18 +7,23 @@ accepted template from a refused one. `recording_sam()` runs the same command li
 `cli` with two things replaced: the container client (a stand-in, so SAM goes on) and the last step, the
 container run (`LambdaRuntime.invoke`, `BaseLocalService.run`), which records what SAM would have run
 instead of running it. Everything between (template providers, SAM's plugins, intrinsics, env vars,
-`--env-vars` and `--parameter-overrides` handling) is SAM CLI's code, unchanged.
+`--env-vars` and `--parameter-overrides` handling) is SAM CLI's code, unchanged. One thing is made faster,
+not different: SAM CLI parses the same template text four times per command (0.3 s each with PyYAML);
+its parser is a pure function of the text, so each text is parsed once and callers get a fresh copy.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
+from samcli import yamlhelper  # type: ignore[import-untyped]
 from samcli.cli.main import cli  # type: ignore[import-untyped]
 from samcli.local.docker.container_client_factory import ContainerClientFactory  # type: ignore[import-untyped]
 from samcli.local.lambdafn.runtime import LambdaRuntime  # type: ignore[import-untyped]
@@ -105,9 +110,26 @@ def recording_sam() -> Iterator[Any]:
         return current
 
     stand_in = mock.MagicMock(name="container client")
-    with (
-        mock.patch.object(ContainerClientFactory, "create_client", staticmethod(lambda *a, **k: stand_in)),
-        mock.patch.object(LambdaRuntime, "invoke", invoke),
-        mock.patch.object(BaseLocalService, "run", serve),
-    ):
+    with ExitStack() as patches:
+        patches.enter_context(
+            mock.patch.object(ContainerClientFactory, "create_client", staticmethod(lambda *a, **k: stand_in))
+        )
+        patches.enter_context(mock.patch.object(LambdaRuntime, "invoke", invoke))
+        patches.enter_context(mock.patch.object(BaseLocalService, "run", serve))
+        parse = _parsed_once(yamlhelper.yaml_parse)
+        for module in [
+            m for m in list(sys.modules.values()) if getattr(m, "yaml_parse", None) is yamlhelper.yaml_parse
+        ]:
+            patches.enter_context(mock.patch.object(module, "yaml_parse", parse))
         yield run
+
+
+def _parsed_once(parse: Any) -> Any:
+    parsed: dict[str, Any] = {}
+
+    def parse_once(text: str) -> Any:
+        if text not in parsed:
+            parsed[text] = parse(text)
+        return copy.deepcopy(parsed[text])
+
+    return parse_once
