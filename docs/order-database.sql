@@ -81,6 +81,10 @@ CREATE TABLE public.outbox (
     parked_at timestamp with time zone,
     attempts integer DEFAULT 0 NOT NULL,
     last_error text,
+    redriven_at timestamp with time zone,
+    discarded_at timestamp with time zone,
+    discarded_by text,
+    discard_reason text,
     CONSTRAINT outbox_check CHECK (((published_at IS NULL) OR (parked_at IS NULL))),
     CONSTRAINT outbox_sequence_check CHECK ((sequence >= 1))
 );
@@ -110,6 +114,64 @@ CREATE TABLE public.outbox_relay (
     changed_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     CONSTRAINT outbox_relay_mode_check CHECK ((mode = ANY (ARRAY['polling'::text, 'logical'::text]))),
     CONSTRAINT outbox_relay_singleton_check CHECK (singleton)
+);
+
+
+--
+-- Name: outbox_replay; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox_replay (
+    replay_id bigint NOT NULL,
+    kind text NOT NULL,
+    source_lsn pg_lsn,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    activated_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    CONSTRAINT outbox_replay_check CHECK (((finished_at IS NULL) OR (activated_at IS NOT NULL))),
+    CONSTRAINT outbox_replay_kind_check CHECK ((kind = ANY (ARRAY['replay'::text, 'handover'::text, 'spill'::text])))
+);
+
+
+--
+-- Name: outbox_replay_replay_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.outbox_replay ALTER COLUMN replay_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.outbox_replay_replay_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: outbox_replay_rows; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox_replay_rows (
+    replay_id bigint NOT NULL,
+    "position" bigint NOT NULL
+);
+
+
+--
+-- Name: outbox_slot; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox_slot (
+    slot_name text NOT NULL,
+    delivered_before timestamp with time zone,
+    delivered_at timestamp with time zone,
+    recovery_since timestamp with time zone,
+    recovery_started_at timestamp with time zone,
+    recovery_handed_over_at timestamp with time zone,
+    recovery_replay_id bigint,
+    CONSTRAINT outbox_slot_check CHECK (((recovery_since IS NULL) = (recovery_started_at IS NULL))),
+    CONSTRAINT outbox_slot_check1 CHECK (((recovery_handed_over_at IS NULL) OR (recovery_since IS NOT NULL))),
+    CONSTRAINT outbox_slot_check2 CHECK (((recovery_replay_id IS NULL) OR (recovery_handed_over_at IS NOT NULL)))
 );
 
 
@@ -160,6 +222,14 @@ ALTER TABLE ONLY public.outbox
 
 
 --
+-- Name: outbox outbox_discard_recorded; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.outbox
+    ADD CONSTRAINT outbox_discard_recorded CHECK ((((discarded_at IS NULL) AND (discarded_by IS NULL) AND (discard_reason IS NULL)) OR ((discarded_at IS NOT NULL) AND (parked_at IS NOT NULL) AND (COALESCE(discarded_by, ''::text) <> ''::text) AND (COALESCE(discard_reason, ''::text) <> ''::text)))) NOT VALID;
+
+
+--
 -- Name: outbox outbox_event_id_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -181,6 +251,38 @@ ALTER TABLE ONLY public.outbox
 
 ALTER TABLE ONLY public.outbox_relay
     ADD CONSTRAINT outbox_relay_pkey PRIMARY KEY (singleton);
+
+
+--
+-- Name: outbox_replay outbox_replay_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_replay
+    ADD CONSTRAINT outbox_replay_pkey PRIMARY KEY (replay_id);
+
+
+--
+-- Name: outbox_replay_rows outbox_replay_rows_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_replay_rows
+    ADD CONSTRAINT outbox_replay_rows_pkey PRIMARY KEY (replay_id, "position");
+
+
+--
+-- Name: outbox_replay outbox_replay_source_lsn_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_replay
+    ADD CONSTRAINT outbox_replay_source_lsn_key UNIQUE (source_lsn);
+
+
+--
+-- Name: outbox_slot outbox_slot_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_slot
+    ADD CONSTRAINT outbox_slot_pkey PRIMARY KEY (slot_name);
 
 
 --
@@ -227,6 +329,13 @@ CREATE INDEX outbox_pending_age ON public.outbox USING btree ("position") WHERE 
 
 
 --
+-- Name: outbox_replay_rows_position; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_replay_rows_position ON public.outbox_replay_rows USING btree ("position");
+
+
+--
 -- Name: request_keys_expiry; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -239,6 +348,22 @@ CREATE INDEX request_keys_expiry ON public.request_keys USING btree (expires_at)
 
 ALTER TABLE ONLY public.order_lines
     ADD CONSTRAINT order_lines_order_id_fkey FOREIGN KEY (order_id) REFERENCES public.orders(order_id) ON DELETE CASCADE;
+
+
+--
+-- Name: outbox_replay_rows outbox_replay_rows_position_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_replay_rows
+    ADD CONSTRAINT outbox_replay_rows_position_fkey FOREIGN KEY ("position") REFERENCES public.outbox("position");
+
+
+--
+-- Name: outbox_replay_rows outbox_replay_rows_replay_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_replay_rows
+    ADD CONSTRAINT outbox_replay_rows_replay_id_fkey FOREIGN KEY (replay_id) REFERENCES public.outbox_replay(replay_id) ON DELETE CASCADE;
 
 
 --

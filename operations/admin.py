@@ -1,4 +1,5 @@
-"""Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the table.
+"""Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the table,
+and (OrderStore=postgres) decide on parked rows and recover a lost replication slot.
 
     python -m operations redrive --stack-name NAME            # or --queue-url/--bus
     python -m operations redrive-poison --stack-name NAME     # records the relay parked
@@ -7,6 +8,13 @@
         (OrderStore=postgres: the stack's maintenance function makes the rows pending again and waits
         for the polling publisher to republish them; the report says what is back on the bus)
     python -m operations seed --stack-name NAME --file tools/local/seed.json
+  OrderStore=postgres only (the database is in a private VPC: these invoke the stack's maintenance
+  function, output OrderStoreMaintenanceFunctionName, or --order-store-function):
+    python -m operations --stack-name NAME redrive-poison --event-id ID   # a parked row, by event id
+    python -m operations --stack-name NAME discard-poison ID [ID ...] --reason WHY [--execute]
+    python -m operations --stack-name NAME recover-slot [--since T] [--include-expired] [--execute]
+        (discard-poison and recover-slot are dry runs unless --execute; redrive-poison with the stack's
+        name redrives each parked row of the order database from the database, whatever its message holds)
 
 Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
 every consumer deduplicates on the CloudEvent id for the whole republish window (OutboxTtlDays).
@@ -22,6 +30,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +61,9 @@ def _resolve(args: argparse.Namespace, attribute: str, output: str) -> str:
     raise SystemExit(f"error: give --{attribute.replace('_', '-')} or --stack-name")
 
 
-def _recovery(args: argparse.Namespace) -> OutboxRecovery:
+def _recovery(
+    args: argparse.Namespace, order_store: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> OutboxRecovery:
     settings = Settings.from_env()
     bus = _resolve(args, "bus", "EventBusName")
     return OutboxRecovery(
@@ -61,7 +72,50 @@ def _recovery(args: argparse.Namespace) -> OutboxRecovery:
         max_event_bytes=settings.max_event_bytes,
         time_shards=settings.outbox_time_shards,
         ttl_days=settings.outbox_ttl_days,
+        order_store=order_store,
     )
+
+
+class OrderStoreFunctionError(RuntimeError):
+    """The maintenance function failed, or refused the request: nothing is known to be done."""
+
+
+def invoke_order_store(function_name: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Send one request to the order database's maintenance function; its answer."""
+    response = boto3.client("lambda").invoke(FunctionName=function_name, Payload=json.dumps(request).encode())
+    answer = json.loads(response["Payload"].read() or b"null")
+    if "FunctionError" in response or not isinstance(answer, dict):
+        raise OrderStoreFunctionError(f"{function_name} failed: {json.dumps(answer)[:1000]}")
+    if isinstance(answer.get("error"), dict):
+        raise OrderStoreFunctionError(
+            f"{function_name} refused the request: {answer['error'].get('message')}"
+        )
+    return answer
+
+
+def _maintenance_function(args: argparse.Namespace, *, required: bool) -> str | None:
+    """The order database's maintenance function: --order-store-function, or the stack's output."""
+    if getattr(args, "order_store_function", None):
+        return str(args.order_store_function)
+    if args.stack_name:
+        found = stack_outputs(args.stack_name).get("OrderStoreMaintenanceFunctionName")
+        if found or not required:
+            return found
+        raise SystemExit(f"error: stack {args.stack_name} has no order database (OrderStore=postgres)")
+    if required:
+        raise SystemExit("error: give --stack-name or --order-store-function (OrderStore=postgres)")
+    return None
+
+
+def _ask_order_store(function_name: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The function's answer, printed as the command's report; None (said on stderr) when it failed."""
+    try:
+        answer = invoke_order_store(function_name, request)
+    except OrderStoreFunctionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    print(json.dumps({"store": "postgres", "function": function_name, **answer}))
+    return answer
 
 
 def _print(report: RecoveryReport, **extra: Any) -> None:
@@ -138,7 +192,21 @@ def redrive(args: argparse.Namespace) -> int:
 
 
 def redrive_poison(args: argparse.Namespace) -> int:
-    recovery = _recovery(args)
+    """The poison queue's messages; with OrderStore=postgres each parked row is redriven from the order
+    database (whatever its message holds; marked redriven there), or with --event-id, rows by event id
+    without a message (one no longer in the queue: the database keeps a parked row until it is redriven
+    or discarded)."""
+    function_name = _maintenance_function(args, required=bool(args.event_id))
+    if args.event_id:
+        assert function_name is not None
+        answer = _ask_order_store(function_name, {"redriveParked": {"eventIds": args.event_id}})
+        if answer is not None and not answer.get("complete"):
+            print("error: not every event is on the bus again: see the report above", file=sys.stderr)
+        return 0 if answer is not None and answer.get("complete") is True else 1
+    order_store = None
+    if function_name is not None:
+        order_store = partial(invoke_order_store, function_name)
+    recovery = _recovery(args, order_store)
     return _drain_queue(
         _resolve(args, "poison_queue_url", "RelayPoisonQueueUrl"),
         args.max_messages,
@@ -194,6 +262,44 @@ def replay(args: argparse.Namespace) -> int:
     return 0 if report.all_on_bus else 1
 
 
+def discard_poison(args: argparse.Namespace) -> int:
+    """Record that parked rows are never to be published (who: the caller's AWS identity; why: --reason)."""
+    function_name = _maintenance_function(args, required=True)
+    assert function_name is not None
+    by = boto3.client("sts").get_caller_identity()["Arn"]
+    request = {"eventIds": args.event_ids, "reason": args.reason, "by": by, "execute": args.execute}
+    answer = _ask_order_store(function_name, {"discardParked": request})
+    if answer is None:
+        return 1
+    if answer.get("dryRun"):
+        print("dry run: nothing changed; add --execute to discard", file=sys.stderr)
+    elif answer.get("discarded"):
+        print(
+            "discarded; their messages in the relay poison queue go with the next redrive-poison run",
+            file=sys.stderr,
+        )
+    return 0 if answer.get("complete") is True else 1
+
+
+def recover_slot(args: argparse.Namespace) -> int:
+    """PostgresRelay=logical: recreate a lost replication slot and republish the gap from the table."""
+    function_name = _maintenance_function(args, required=True)
+    assert function_name is not None
+    request: dict[str, Any] = {"execute": args.execute, "includeExpired": args.include_expired}
+    if args.since:
+        request["since"] = args.since
+    answer = _ask_order_store(function_name, {"recoverSlot": request})
+    if answer is None:
+        return 1
+    if answer.get("dryRun"):
+        print("dry run: nothing changed; add --execute to recover", file=sys.stderr)
+        return 0 if answer.get("failed") is None else 1
+    if answer.get("complete") is not True:
+        print("error: the recovery is not complete: see failed and messages above", file=sys.stderr)
+        return 1
+    return 0
+
+
 def seed(args: argparse.Namespace) -> int:
     table = _resolve(args, "table", "InventoryTableName")
     stock = json.loads(Path(args.file).read_text())["stock"]
@@ -223,7 +329,51 @@ def main(argv: list[str] | None = None) -> int:
         "redrive-poison", help="republish records the relay parked (after fixing why they failed)"
     )
     p_poison.add_argument("--max-messages", type=int, default=1000)
+    p_poison.add_argument(
+        "--order-store-function",
+        help="OrderStore=postgres: the maintenance function that redrives parked rows from the order "
+        "database (default: stack output OrderStoreMaintenanceFunctionName, when the stack has one)",
+    )
+    p_poison.add_argument(
+        "--event-id",
+        action="append",
+        help="OrderStore=postgres: redrive this parked row from the order database, not from a queue message "
+        "(repeatable)",
+    )
     p_poison.set_defaults(run=redrive_poison)
+    p_discard = commands.add_parser(
+        "discard-poison",
+        help="OrderStore=postgres: record that parked rows are never to be published (a dry run unless "
+        "--execute)",
+    )
+    p_discard.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
+    p_discard.add_argument("--reason", required=True, help="why they are never to be published (recorded)")
+    p_discard.add_argument("--execute", action="store_true", help="discard (without it: what would be done)")
+    p_discard.add_argument(
+        "--order-store-function", help="default: stack output OrderStoreMaintenanceFunctionName"
+    )
+    p_discard.set_defaults(run=discard_poison)
+    p_slot = commands.add_parser(
+        "recover-slot",
+        help="PostgresRelay=logical: recreate a lost replication slot and republish the gap (dry run unless "
+        "--execute)",
+    )
+    p_slot.add_argument(
+        "--since",
+        help="RFC 3339: republish rows from here (default: the last delivered position the database "
+        "recorded, less an hour; without one, the republish window)",
+    )
+    p_slot.add_argument(
+        "--include-expired",
+        action="store_true",
+        help="also republish gap rows created before the republish window (consumers may no longer "
+        "remember them)",
+    )
+    p_slot.add_argument("--execute", action="store_true", help="recover (without it: what would be done)")
+    p_slot.add_argument(
+        "--order-store-function", help="default: stack output OrderStoreMaintenanceFunctionName"
+    )
+    p_slot.set_defaults(run=recover_slot)
     p_replay = commands.add_parser("replay", help="republish outbox events from a table")
     p_replay.add_argument("--table", help="default: stack output OrdersTableName")
     p_replay.add_argument(

@@ -116,6 +116,8 @@ class RecoveryReport:
     poison: list[str] = field(default_factory=list)  # event ids parked in the poison queue
     expired: list[str] = field(default_factory=list)  # event ids past expiresAt, not republished
     missing: list[str] = field(default_factory=list)  # what could not be found or shown, in words
+    # Parked rows an operator discarded (discard-poison): never to be published; their message may go.
+    discarded: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -161,7 +163,12 @@ class OutboxRecovery:
         ttl_days: int,
         clock: Callable[[], datetime] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        order_store: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
+        """`order_store` (OrderStore=postgres): sends a request to the order database's maintenance
+        function and returns its answer (operations/admin.py); parked rows are then redriven from the
+        database."""
+        self._order_store = order_store
         self._publisher = publisher
         self._poison_sink = poison_sink
         self._max_event_bytes = max_event_bytes
@@ -262,17 +269,23 @@ class OutboxRecovery:
         return _StreamRead(changes, reached_end=False, calls=calls)
 
     # --- parked poison ----------------------------------------------------------------------------
-    def redrive_parked(self, body: dict[str, Any]) -> RecoveryReport:
+    def redrive_parked(self, body: dict[str, Any], *, through_order_store: bool = True) -> RecoveryReport:
         """Republish a record the relay parked, once whatever made it unpublishable has been fixed."""
         report = RecoveryReport(source="poison queue", expected=1)
         event_id = str(body.get("eventId"))
         image = body.get("item")
-        if image is None and (body.get("key") or {}).get("store") == "postgres":
+        key = body.get("key") or {}
+        postgres_row = (isinstance(image, dict) and image.get("store") == "postgres") or (
+            image is None and key.get("store") == "postgres"
+        )
+        if postgres_row and through_order_store and self._order_store is not None:
+            return self.redrive_parked_row(event_id, image)
+        if image is None and key.get("store") == "postgres":
             # Too large for the message, and the order database is out of reach (a private VPC).
             report.missing.append(
-                f"parked event {event_id} is outbox row {body['key'].get('position')} of the order database, "
-                "too large for a queue message: fix the row there and clear its parked_at, and the polling "
-                "publisher sends it"
+                f"parked event {event_id} is outbox row {key.get('position')} of the order database, "
+                "too large for a queue message: redrive it from the order database through its maintenance "
+                "function (give --stack-name, or --order-store-function)"
             )
             return report
         if image is None:  # too large for the message: read it from the table by its key
@@ -304,6 +317,42 @@ class OutboxRecovery:
             report.unpublished.append(entry.event_id)
             report.missing.append(
                 f"event {entry.event_id} is not on the bus: PutEvents failed ({result.failures_by_code})"
+            )
+        return report
+
+    def redrive_parked_row(self, event_id: str, image: dict[str, Any] | None) -> RecoveryReport:
+        """OrderStore=postgres: redrive the parked row from the order database, through its maintenance
+        function (shop.runtime.order_store_poison), so that the row is marked redriven and, whatever its
+        message holds, republished under either relay. A row no longer in the database is republished
+        from the message when the message holds it whole."""
+        assert self._order_store is not None
+        answer = self._order_store({"redriveParked": {"eventIds": [event_id]}})
+        if event_id in answer.get("missing", []) and isinstance(image, dict):
+            logger.info(
+                "parked row not in the order database: republished from its message",
+                extra={"event_id": event_id},
+            )
+            return self.redrive_parked({"eventId": event_id, "item": image}, through_order_store=False)
+        report = RecoveryReport(source="order database", expected=1)
+        if event_id in answer.get("missing", []):
+            report.missing.append(
+                f"parked event {event_id} is not in the order database's outbox (discarded and past the "
+                "republish window?) and its message holds only its key: it cannot be republished"
+            )
+            return report
+        report.found = 1
+        if event_id in answer.get("republished", []):
+            report.published = 1
+        elif event_id in answer.get("parkedAgain", []):
+            report.poison.append(event_id)  # a new poison message holds it, with the reason
+        elif event_id in answer.get("discarded", []):
+            report.discarded.append(event_id)
+        else:
+            report.unpublished.append(event_id)
+            report.missing.append(
+                f"event {event_id} is pending again in the order database but was not on the bus when the "
+                f"function's invocation ended ({answer.get('relay')} relay): it will be sent; run "
+                "redrive-poison again to confirm"
             )
         return report
 

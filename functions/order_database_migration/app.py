@@ -12,19 +12,26 @@ the version behind the alias `live`, which a parameter change alone may leave in
 version from the function's properties as written, with their parameter references unresolved), and
 a rollback sends the previous properties back, which the environment would not follow.
 CloudFormation waits for the answer PUT to the request's presigned URL: every path answers, failures
-included, or the stack would wait an hour for a timeout.
+included, before the function's own deadline (context.get_remaining_time_in_millis(), less what the answer
+itself needs), or the stack would wait for the resource's ServiceTimeout. Each step is bounded by that
+time: yoyo's lock and every migration statement, the switch's locks (lock_timeout, LOCK_WAIT_SECONDS at
+most: writers queue behind a switch waiting for the outbox) and its statements (statement_timeout), all
+SET LOCAL in the transaction that needs them; a step that cannot start or finish in time fails the
+request, with the reason, having changed nothing that step was to change.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import urllib3
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shop.adapters.postgres.connection import open_connection
-from shop.adapters.postgres.relay_mode import drop_relay_slot, switch_relay
+from shop.adapters.postgres.relay_mode import SwitchOutOfTime, drop_relay_slot, switch_relay
 from shop.adapters.postgres.replication import slot_name
 from shop.adapters.postgres.schema import apply_migrations
 from shop.runtime.config import POSTGRES_RELAYS, get_settings
@@ -33,6 +40,10 @@ from shop.runtime.wiring.order_database import connection_settings
 
 PHYSICAL_ID = "order-database-schema"
 RELAY_MODE = "RelayMode"  # OrderDatabaseSchema's property: !Ref PostgresRelay
+ANSWER_SECONDS = 15.0  # kept for the answer: its PUT (ANSWER_TIMEOUT_SECONDS, retried once) and a margin
+ANSWER_TIMEOUT_SECONDS = 5.0
+MIN_WORK_SECONDS = 5.0  # less than this left: answer FAILED at once, nothing started
+LOCK_WAIT_SECONDS = 10.0  # any one lock: the outbox's (writers wait behind it), the slot's, yoyo's
 
 
 class InvalidRequest(ValueError):
@@ -67,7 +78,13 @@ def relay_mode(event: dict[str, Any], environment_mode: str) -> str:
     return str(mode)
 
 
-def answer(event: dict[str, Any], status: str, reason: str, data: dict[str, str]) -> None:
+def answer(
+    event: dict[str, Any],
+    status: str,
+    reason: str,
+    data: dict[str, str],
+    seconds_left: Callable[[], float] = lambda: ANSWER_SECONDS,
+) -> None:
     """The custom resource response (CloudFormation's documented fields), PUT to its presigned S3 URL."""
     body = json.dumps(
         {
@@ -81,39 +98,77 @@ def answer(event: dict[str, Any], status: str, reason: str, data: dict[str, str]
         }
     ).encode()
     # urllib3 comes with botocore; CloudFormation's presigned URL takes an empty content type.
+    timeout = max(min(ANSWER_TIMEOUT_SECONDS, seconds_left() / 2), 0.5)
     response = urllib3.PoolManager().request(
-        "PUT", event["ResponseURL"], body=body, headers={"Content-Type": ""}, timeout=30.0, retries=3
+        "PUT", event["ResponseURL"], body=body, headers={"Content-Type": ""}, timeout=timeout, retries=1
     )
     if response.status >= 300:
         raise RuntimeError(f"CloudFormation refused the response: HTTP {response.status}")
 
 
+def failure_reason(exc: BaseException) -> str:
+    """What the FAILED answer says: the error, and what it means for the deploy."""
+    reason = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return (
+            f"{reason} (a lock was not granted within {LOCK_WAIT_SECONDS:.0f} s: a long transaction, a "
+            "publisher round or another migration held the outbox, its slot or the schema; nothing of "
+            "that step was changed; deploy again)"
+        )
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return f"{reason} (a statement ran past the time the function had left; nothing of that step changed)"
+    return reason
+
+
+def handle(event: dict[str, Any], seconds_left: Callable[[], float]) -> tuple[str, dict[str, str]]:
+    """Migrate and switch (Create, Update) or drop the slot (Delete) within `seconds_left`; the answer's
+    reason and data. Raises on any failure."""
+    request_type = event.get("RequestType")
+    if request_type not in ("Create", "Update", "Delete"):
+        raise InvalidRequest(f"RequestType {request_type!r} is not Create, Update or Delete")
+    if seconds_left() < MIN_WORK_SECONDS:
+        raise SwitchOutOfTime(
+            f"{seconds_left() + ANSWER_SECONDS:.1f} s left in the invocation, {ANSWER_SECONDS:.0f} s of it "
+            "kept to answer: too little to migrate or switch anything; nothing was changed"
+        )
+    settings = get_settings()
+    slot = slot_name(settings.database_name)
+    database = connection_settings(settings)
+    if request_type == "Delete":
+        with open_connection(database) as connection:
+            dropped = drop_relay_slot(
+                connection, slot, seconds_left=seconds_left, lock_wait_seconds=LOCK_WAIT_SECONDS
+            )
+        relay = "slot dropped" if dropped else "no slot"
+        logger.info("order database schema", extra={"request_type": request_type, "relay": relay})
+        return f"applied 0 migration(s); relay: {relay}", {"Applied": "", "Relay": ""}
+    mode = relay_mode(event, settings.postgres_relay)  # before anything changes
+    applied = apply_migrations(database, seconds_left=seconds_left, lock_wait_seconds=LOCK_WAIT_SECONDS)
+    with open_connection(database) as connection:
+        relay = switch_relay(
+            connection, mode, slot, seconds_left=seconds_left, lock_wait_seconds=LOCK_WAIT_SECONDS
+        )
+    logger.info(
+        "order database schema", extra={"request_type": request_type, "applied": applied, "relay": relay}
+    )
+    return f"applied {len(applied)} migration(s); relay: {relay}", {
+        "Applied": ",".join(applied),
+        "Relay": mode,
+    }
+
+
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> None:
-    request_type = event["RequestType"]
+    def remaining() -> float:
+        return context.get_remaining_time_in_millis() / 1000
+
+    def seconds_left() -> float:  # the work's time: what is left after it is the answer's
+        return remaining() - ANSWER_SECONDS
+
     try:
-        settings = get_settings()
-        slot = slot_name(settings.database_name)
-        applied: list[str] = []
-        database = connection_settings(settings)
-        mode = ""
-        if request_type in ("Create", "Update"):
-            mode = relay_mode(event, settings.postgres_relay)  # before anything changes
-            applied = apply_migrations(database)
-            with open_connection(database) as connection:
-                relay = switch_relay(connection, mode, slot)
-        else:
-            with open_connection(database) as connection:
-                relay = "slot dropped" if drop_relay_slot(connection, slot) else "no slot"
-        logger.info(
-            "order database schema", extra={"request_type": request_type, "applied": applied, "relay": relay}
-        )
-        answer(
-            event,
-            "SUCCESS",
-            f"applied {len(applied)} migration(s); relay: {relay}",
-            {"Applied": ",".join(applied), "Relay": mode},
-        )
+        reason, data = handle(event, seconds_left)
+        status = "SUCCESS"
     except Exception as exc:  # noqa: BLE001 (any failure must still answer CloudFormation, with its reason)
         logger.exception("order database migration failed")
-        answer(event, "FAILED", f"{type(exc).__name__}: {exc}", {})
+        status, reason, data = "FAILED", failure_reason(exc), {}
+    answer(event, status, reason, data, remaining)

@@ -3,7 +3,9 @@
 PostgresRelay=polling reads the outbox table (shop.runtime.polling_publisher): two invocations
 overlapping share the work without reordering an order's events (claims are per order, FOR UPDATE SKIP
 LOCKED). PostgresRelay=logical reads the outbox's inserts from the write-ahead log through a replication
-slot (shop.runtime.logical_relay): one invocation at a time holds the slot, the next waits its turn.
+slot (shop.runtime.logical_relay): one invocation at a time holds the slot, the next waits its turn; a
+lost slot stops each invocation at its first round, with one error line naming the slot, its state and
+the runbook entry.
 Started by EventBridge Scheduler every minute; each invocation keeps reading until its last seconds,
 so the publish lag stays under a second.
 """
@@ -19,6 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.poison_queue import PoisonQueue
 from shop.adapters.postgres.replication import slot_name
+from shop.adapters.postgres.slot_recovery import RUNBOOK, ReplicationSlotLost
 from shop.runtime import invocation
 from shop.runtime.config import get_settings
 from shop.runtime.logical_relay import relay_slot_round
@@ -67,6 +70,21 @@ def publish_round() -> RoundOutcome:
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation.begin(context)
-    totals = poll_outbox(publish_round, invocation.seconds_left)
+    try:
+        totals = poll_outbox(publish_round, invocation.seconds_left)
+    except ReplicationSlotLost as exc:
+        # One line that says what happened and what to do, then the invocation fails (the publisher's
+        # errors alarm; the maintenance function's ReplicationSlotLost metric has its own).
+        logger.error(
+            "replication slot lost",
+            extra={
+                "slot": exc.state.slot,
+                "slot_state": exc.state.describe(),
+                "confirmed_flush_lsn": exc.state.confirmed_flush_lsn,
+                "runbook": RUNBOOK,
+                "error": str(exc),
+            },
+        )
+        raise
     logger.info("polling ended", extra=asdict(totals))
     return asdict(totals)

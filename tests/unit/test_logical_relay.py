@@ -15,10 +15,11 @@ from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.outbox import insert_outbox_row
 from shop.adapters.postgres.pgoutput import parse_lsn
 from shop.domain.envelope import CloudEvent
+from shop.domain.errors import ServiceBusy
 from shop.runtime import logical_relay
 from shop.runtime.logical_relay import relay_slot_round
 from shop.runtime.polling_publisher import RoundOutcome
-from tests.support.postgres import connect, place_orders
+from tests.support.postgres import connect, place_orders, use_logical_relay, use_polling_relay
 from tests.support.publishing import (
     SETTINGS,
     ListSink,
@@ -33,13 +34,11 @@ SLOT = replication.slot_name("relay_tests")
 
 @pytest.fixture
 def slot(order_database: ConnectionSettings) -> Iterator[str]:
-    """The outbox publication and a fresh slot on the emptied database; dropped after the test."""
-    with connect(order_database) as connection:
-        replication.drop_publication_and_slot(connection, SLOT)
-        replication.ensure_publication_and_slot(connection, SLOT)
+    """The outbox publication and a fresh slot on the emptied database, the outbox the logical relay's;
+    the slot dropped and the outbox the polling publisher's again after the test."""
+    use_logical_relay(order_database, SLOT)
     yield SLOT
-    with connect(order_database) as connection:
-        replication.drop_publication_and_slot(connection, SLOT)
+    use_polling_relay(order_database, SLOT)
 
 
 def relay_round(database: Database, sink: ListSink | None = None, max_changes: int = 500) -> RoundOutcome:
@@ -54,10 +53,10 @@ def relay_round(database: Database, sink: ListSink | None = None, max_changes: i
 
 
 def drain(database: Database, sink: ListSink | None = None, max_changes: int = 500) -> int:
-    """Rounds until one reads nothing; how many rounds read something."""
+    """Rounds until one reads nothing and says nothing more is ready; how many rounds read something."""
     rounds = 0
-    while relay_round(database, sink, max_changes).claimed:
-        rounds += 1
+    while (outcome := relay_round(database, sink, max_changes)).claimed or outcome.backlog:
+        rounds += 1 if outcome.claimed else 0
     return rounds
 
 
@@ -387,3 +386,418 @@ def test_a_round_that_parks_a_row_moves_the_slot_past_it_once_the_mark_is_commit
     assert pending_in_slot(order_database) == 0  # one round: no row read again, nothing parked twice
     assert [record.image["eventId"] for record in sink.parked] == ["poison-4"]
     assert recording_bus.sequences_by_order() == {"order-r": [1]}
+
+
+def write_in_own_transaction(settings: ConnectionSettings, *events: CloudEvent) -> None:
+    with connect(settings) as connection, connection.transaction():
+        write_events(connection, list(events))
+
+
+def published_in(outcome: RoundOutcome) -> list[tuple[str, int]]:
+    return [(row.aggregate_id, row.sequence) for row, _ in outcome.published]
+
+
+def test_a_parked_rows_order_keeps_publishing_its_later_events_in_this_round_and_later_ones(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A parked row never holds its order back: the order's next event in the same round goes out with
+    it, and the events the order gets after that round go out in the rounds that read them."""
+    with connect(order_database) as connection:
+        write_raw_row(connection, "poison-6", "order-p", '{"not": "a cloudevent"}')  # order-p's sequence 1
+    write_in_own_transaction(order_database, event("order-p", 2))
+    sink = ListSink()
+
+    rounds = [relay_round(database, sink)]
+    for sequence in (3, 4):
+        write_in_own_transaction(order_database, event("order-p", sequence))
+        rounds.append(relay_round(database, sink))
+
+    assert [published_in(outcome) for outcome in rounds] == [
+        [("order-p", 2)],
+        [("order-p", 3)],
+        [("order-p", 4)],
+    ]
+    assert [record.image["eventId"] for record in sink.parked] == ["poison-6"]
+    assert recording_bus.sequences_by_order() == {"order-p": [2, 3, 4]}
+    assert pending_in_slot(order_database) == 0
+
+
+def test_a_row_read_again_after_its_parked_mark_committed_is_not_parked_or_published_again(
+    order_database: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    slot: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The database goes away between the round's COMMIT (the parked mark) and the advance past the row:
+    the next round reads the row again, as parked: it is neither parked nor published again, the round
+    publishes its order's later event, and the slot moves past both."""
+    with connect(order_database) as connection:
+        write_raw_row(connection, "poison-7", "order-p", "[]")
+    sink = ListSink()
+
+    def database_gone(*args: Any) -> bool:
+        raise ServiceBusy("the order database is unavailable; retry shortly")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(logical_relay, "advance_slot", database_gone)
+        assert len(relay_round(database, sink).parked) == 1
+    assert pending_in_slot(order_database) == 1  # read again next round: the slot is before the row
+    write_in_own_transaction(order_database, event("order-p", 2))
+
+    again = relay_round(database, sink)
+
+    assert (again.parked, published_in(again)) == ([], [("order-p", 2)])
+    assert [record.image["eventId"] for record in sink.parked] == ["poison-7"]  # parked once
+    assert pending_in_slot(order_database) == 0  # past the parked row and the event
+    assert relay_round(database, sink).claimed == 0
+    assert recording_bus.sequences_by_order() == {"order-p": [2]}
+    with connect(order_database) as connection:
+        parked = connection.execute("SELECT event_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
+    assert parked == [("poison-7",)]
+
+
+# --- rounds bounded whatever a transaction or a replay holds --------------------------------------------
+def write_orders(
+    settings: ConnectionSettings, count: int, sequence: int = 1, per_transaction: int = 50
+) -> None:
+    """Event `sequence` of orders o-0000.. (count of them), a transaction per `per_transaction` events."""
+    with connect(settings) as connection:
+        for start in range(0, count, per_transaction):
+            with connection.transaction():
+                write_events(
+                    connection,
+                    [
+                        event(f"o-{n:04d}", sequence)
+                        for n in range(start, min(start + per_transaction, count))
+                    ],
+                )
+
+
+def replay_everything(database: Database) -> int:
+    """`python -m operations replay` of every event (the maintenance function's code), not waiting: the id
+    of the replay set it wrote."""
+    from datetime import UTC, datetime, timedelta
+
+    from shop.runtime.config import Settings
+    from shop.runtime.order_store_replay import replay_order_store
+
+    window = {
+        "from": (datetime.now(UTC) - timedelta(days=1)).isoformat(),
+        "to": (datetime.now(UTC) + timedelta(minutes=1)).isoformat(),
+    }
+    report = replay_order_store(
+        database, Settings.from_env({"POSTGRES_RELAY": "logical"}), window, lambda: 0.0
+    )
+    assert report.selection.reset
+    assert not report.complete
+    with database.transaction() as cursor:
+        cursor.execute("SELECT coalesce(max(replay_id), 0) FROM outbox_replay")
+        found = cursor.fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def set_progress(database: Database, replay_id: int) -> Any:
+    from shop.adapters.postgres import replays
+
+    with database.transaction() as cursor:
+        return replays.progress(cursor, replay_id)
+
+
+def test_a_replay_larger_than_a_round_goes_out_across_rounds_while_later_events_keep_flowing(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A replay is a set the relay drains a bounded chunk a round (progress committed each round); its
+    message only activates it, so the slot moves past it at once and events written after the replay go
+    out in the next round, not after the whole replay. Each order's events stay in sequence."""
+    write_orders(order_database, 30)
+    drain(database)
+    assert len(recording_bus.accepted) == 30
+    replay_id = replay_everything(database)
+    write_orders(order_database, 5, sequence=2)  # after the replay: in the slot behind its message
+    recording_bus.accepted.clear()
+
+    rounds: list[RoundOutcome] = []
+    while (outcome := relay_slot_round(**round_options(database), set_rows=8)).claimed or outcome.backlog:
+        rounds.append(outcome)
+        assert len(rounds) < 20
+
+    published = [[(row.aggregate_id, row.sequence) for row, _ in outcome.published] for outcome in rounds]
+    later = [(f"o-{n:04d}", 2) for n in range(5)]
+    first_with_later = next(index for index, each in enumerate(published) if set(later) & set(each))
+    assert set(later) <= set(published[first_with_later])  # all of them in one round...
+    assert first_with_later <= 1  # ...the first that published anything: not after the replay's 30
+    assert all(len(each) <= 8 + 2 * 5 for each in published)  # a chunk of the set, plus the slot's round
+    assert sum(len(each) for each in published) == 35  # the 30 replayed once each, the 5 later ones
+    assert len(rounds) >= 30 // 8
+    assert pending_in_slot(order_database) == 0
+    assert set_progress(database, replay_id).pending_event_ids == []
+    assert set_progress(database, replay_id).finished
+    assert_each_order_in_sequence(recording_bus, 35)
+
+
+def round_options(database: Database, sink: ListSink | None = None) -> dict[str, Any]:
+    return {
+        "database": database,
+        "publisher": publisher(),
+        "poison_sink": sink if sink is not None else ListSink(),
+        "slot": SLOT,
+        "max_event_bytes": SETTINGS.max_event_bytes,
+    }
+
+
+def test_a_replay_longer_than_an_invocation_completes_and_the_slot_moves_on(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """The livelock of one indivisible replay message: every invocation dies (here: after 25 PutEvents
+    calls, its time) before it has published the whole replay (300 events: 30 calls), so the next reads
+    the same message again, and events written after it are never published. Drained a bounded chunk a
+    round, each round's progress committed, the replay completes in a few invocations and the events
+    written after it go out."""
+    write_orders(order_database, 300)
+    drain(database)
+    replay_id = replay_everything(database)
+    write_orders(order_database, 3, sequence=2)
+    recording_bus.accepted.clear()
+
+    invocations = 0
+    while invocations < 8:
+        invocations += 1
+        recording_bus.crash_after_calls = recording_bus.calls + 25  # the invocation's time runs out there
+        try:
+            while (outcome := relay_slot_round(**round_options(database))).claimed or outcome.backlog:
+                pass
+        except RuntimeError:
+            continue  # died mid-round: the next invocation starts from what the earlier rounds committed
+        break
+
+    assert invocations <= 3
+    replayed = {event_id for _, sequence, event_id in recording_bus.accepted if sequence == 1}
+    assert len(replayed) == 300
+    assert sorted((o, s) for o, s, _ in recording_bus.accepted if s == 2) == [
+        (f"o-{n:04d}", 2) for n in range(3)
+    ]
+    assert set_progress(database, replay_id).pending_event_ids == []
+    assert pending_in_slot(order_database) == 0
+    assert_each_order_in_sequence(recording_bus, 303)
+
+
+def test_a_transaction_larger_than_a_round_is_recorded_as_a_set_and_drained_across_rounds(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A transaction with more rows than a round publishes (spill_rows) is never published whole: the relay
+    records its rows as a set, moves the slot past it once that is committed, and drains the set a chunk a
+    round; an order's later event in a later transaction waits for its earlier one in the set."""
+    write_orders(order_database, 250, per_transaction=250)
+    write_orders(order_database, 4, sequence=2)
+
+    rounds = []
+    while (outcome := relay_slot_round(**round_options(database), set_rows=60)).claimed or outcome.backlog:
+        rounds.append(len(outcome.published))
+        assert len(rounds) < 20
+
+    assert rounds[0] == 0  # the spill: recorded, nothing published
+    assert max(rounds) <= 60 + 4 + 4  # a chunk, and the later events with their earlier ones pulled in
+    assert len(rounds) >= 250 // 60
+    assert len(recording_bus.accepted) == 254  # each once
+    assert_each_order_in_sequence(recording_bus, 254)
+    assert pending_in_slot(order_database) == 0
+
+
+def test_a_replay_message_of_the_old_format_is_recorded_as_a_set_and_drained(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A replay written before the upgrade named its rows in the message itself: the relay records them as
+    a set of its own (once, however often it reads the message) and drains it like any other."""
+    import json
+
+    write_orders(order_database, 12)
+    drain(database)
+    recording_bus.accepted.clear()
+    with connect(order_database) as connection:
+        positions = [p for (p,) in connection.execute("SELECT position FROM outbox ORDER BY position")]
+        connection.execute(
+            "SELECT pg_logical_emit_message(true, %s, %s)", (replication.REPLAY_PREFIX, json.dumps(positions))
+        )
+
+    drain(database)
+
+    assert len(recording_bus.accepted) == 12
+    with connect(order_database) as connection:
+        kinds = connection.execute("SELECT kind, finished_at IS NOT NULL FROM outbox_replay").fetchall()
+    assert kinds == [("spill", True)]
+
+
+def test_a_replayed_row_parked_leaves_its_set_in_the_transaction_of_its_parked_mark(
+    order_database: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    slot: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Progress and parked marks commit together: a round that parks a replayed row and then fails before
+    COMMIT leaves the row both unparked and still in its set (it is parked again next round), never out of
+    the set and unmarked (it would be neither on the bus nor parked)."""
+    write_orders(order_database, 3)
+    drain(database)
+    replay_id = replay_everything(database)
+    with connect(order_database) as connection:  # broken since it was first published
+        connection.execute("UPDATE outbox SET envelope = '[]' WHERE aggregate_id = 'o-0001'")
+    drain_one = relay_slot_round(**round_options(database))  # reads the message: activates the set
+    assert drain_one.claimed == 0
+    sink = ListSink()
+
+    def crash(*args: Any) -> bool:
+        raise RuntimeError("the relay dies after the round's work, before COMMIT")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(logical_relay, "advance_slot", crash)
+        with pytest.raises(RuntimeError):
+            relay_slot_round(**round_options(database, sink))
+
+    assert len(sink.parked) == 1  # in the poison queue...
+    with connect(order_database) as connection:
+        marked = connection.execute("SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL").fetchone()
+    assert marked == (0,)  # ...its mark rolled back, and with it the set's progress:
+    assert len(set_progress(database, replay_id).pending_event_ids) == 3
+    drain(database, sink)
+    assert len(sink.parked) == 2  # parked again, and then marked
+    assert set_progress(database, replay_id).pending_event_ids == []
+    with connect(order_database) as connection:
+        parked = connection.execute("SELECT aggregate_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
+    assert parked == [("o-0001",)]
+
+
+def generate_wal_without_outbox_rows(settings: ConnectionSettings, rows: int) -> None:
+    with connect(settings) as connection:
+        connection.execute(
+            "INSERT INTO inbox (consumer, event_id) SELECT 'filler', g::text || repeat('x', 100)"
+            " FROM generate_series(1, %s) AS g",
+            (rows,),
+        )
+
+
+def test_a_round_decodes_at_most_its_window_of_the_log_and_the_next_goes_on_at_once(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """After a long outage the slot's next outbox row may sit behind gigabytes of other writes: a round
+    reads one window of the log (upto_lsn), moves the slot to its end and says more is ready (no idle
+    pause), so no read outgrows a round however far behind the slot is."""
+    generate_wal_without_outbox_rows(order_database, 4000)  # ~1 MB of WAL before the event
+    write_orders(order_database, 2)
+    window = 128 * 1024
+
+    moves = []
+    while True:
+        before = confirmed_lsn(order_database)
+        outcome = relay_slot_round(**round_options(database), window_bytes=window)
+        moves.append(confirmed_lsn(order_database) - before)
+        if not outcome.backlog:
+            break
+        assert len(moves) < 100
+
+    assert len(moves) >= 6
+    assert max(moves) <= window + 8192  # a window, or up to the end of a transaction read within it
+    assert len(recording_bus.accepted) == 2
+    assert pending_in_slot(order_database) == 0
+
+
+def test_a_read_of_the_slot_past_its_time_ends_the_round_and_the_next_reads_a_smaller_window(
+    order_database: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    slot: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The read's statement_timeout is its share of the round: a read that runs past it (here: 1 ms for
+    megabytes of WAL) is cancelled, the round ends at once having moved nothing, and the relay reads half
+    the window next time, so rounds keep ending in their time until a window fits."""
+    generate_wal_without_outbox_rows(order_database, 20_000)
+    write_orders(order_database, 1)
+    before = confirmed_lsn(order_database)
+    logical_relay._windows.pop(SLOT, None)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(logical_relay, "MIN_READ_SECONDS", 0.001)
+        outcome = relay_slot_round(**round_options(database), round_seconds=0.0)
+
+    assert (outcome.claimed, outcome.backlog) == (0, True)
+    assert confirmed_lsn(order_database) == before
+    assert logical_relay._windows[SLOT] == logical_relay.WINDOW_BYTES // 2
+    drain(database)
+    assert len(recording_bus.accepted) == 1
+    logical_relay._windows.pop(SLOT, None)
+
+
+def test_a_replay_never_overtakes_an_earlier_event_of_its_order_still_in_the_slot(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A replay may name an event the relay has not read yet (a window reaching the last minutes, a relay
+    behind): its set is drained only once the slot is past the replay's message, so the replayed event
+    never reaches the bus before its order's earlier events still in the slot."""
+    from shop.runtime.config import Settings
+    from shop.runtime.order_store_replay import replay_order_store
+
+    write_in_own_transaction(order_database, event("order-r", 1))
+    write_in_own_transaction(order_database, event("order-r", 2))
+    replay_order_store(database, Settings.from_env({}), {"eventIds": [event("order-r", 2).id]}, lambda: 0.0)
+
+    rounds = 0
+    while (
+        outcome := relay_slot_round(**round_options(database), window_bytes=64)
+    ).claimed or outcome.backlog:
+        rounds += 1
+        assert rounds < 200
+
+    assert recording_bus.sequences_by_order() == {"order-r": [1, 2, 2]}
+
+
+def test_a_crash_after_an_advance_never_leaves_the_slot_past_a_replay_it_did_not_activate(
+    order_database: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    slot: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A set's activation is written in the round's transaction and the advance is not transactional: the
+    slot passes the set's message only once the activation is committed, so a crash in between reads the
+    message again rather than leaving a set that nothing will ever drain."""
+    write_orders(order_database, 4)
+    drain(database)
+    replay_id = replay_everything(database)
+    write_orders(order_database, 2, sequence=2)  # after the message: the round advances past them too
+    real_advance = replication.advance_slot
+
+    def advance_then_crash(*args: Any) -> bool:
+        real_advance(*args)
+        raise RuntimeError("the relay crashed after the slot advance, before COMMIT")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(logical_relay, "advance_slot", advance_then_crash)
+        with pytest.raises(RuntimeError):
+            relay_slot_round(**round_options(database))
+    drain(database)
+
+    assert set_progress(database, replay_id).pending_event_ids == []
+    assert set_progress(database, replay_id).finished
+    assert pending_in_slot(order_database) == 0
+
+
+def test_a_round_stops_publishing_when_its_share_of_the_invocation_is_used(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A round publishes a slice at a time and looks at its clock in between: out of time, it stops there
+    (always after its first slice, so every round makes progress), the slot moves past what went out, and
+    the next round starts at once with the rest."""
+    write_orders(order_database, 30, per_transaction=1)
+
+    rounds = []
+    while (
+        outcome := relay_slot_round(**round_options(database), round_seconds=0.0, slice_rows=10)
+    ).claimed or outcome.backlog:
+        rounds.append((len(outcome.published), outcome.backlog))
+        assert len(rounds) < 10
+
+    assert rounds == [(10, True), (10, True), (10, False)]
+    assert len(recording_bus.accepted) == 30  # each once: the slot moved past each slice

@@ -6,6 +6,7 @@ give it."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -100,6 +101,7 @@ def test_the_maintenance_function_replays_when_asked_and_refuses_a_malformed_req
 
 # --- the migration custom resource (OrderDatabaseSchema) ----------------------------------------------
 Migrate = Callable[..., dict[str, Any]]
+MIGRATION_TIMEOUT_SECONDS = 300  # the function's Timeout in the template
 
 
 def relay_state(settings: ConnectionSettings) -> tuple[str, bool]:
@@ -140,7 +142,10 @@ def migrate(
     )
 
     def _migrate(
-        request_type: str, properties: dict[str, Any], old: dict[str, Any] | None = None
+        request_type: str,
+        properties: dict[str, Any],
+        old: dict[str, Any] | None = None,
+        context: LambdaContext | None = None,
     ) -> dict[str, Any]:
         event: dict[str, Any] = {
             "RequestType": request_type,
@@ -156,7 +161,7 @@ def migrate(
             event["PhysicalResourceId"] = "order-database-schema"
         if old is not None:
             event["OldResourceProperties"] = old
-        module.lambda_handler(event, LambdaContext())
+        module.lambda_handler(event, context or LambdaContext(timeout_seconds=MIGRATION_TIMEOUT_SECONDS))
         return answers[-1]
 
     yield _migrate
@@ -222,3 +227,90 @@ def test_a_delete_needs_no_relay_mode_and_drops_the_slot(migrate, order_database
 
     assert answer["Status"] == "SUCCESS", answer
     assert relay_state(order_database)[1] is False
+
+
+# The custom resource always answers, before its deadline: one test per way it can go.
+@pytest.fixture
+def migration_module(migrate: Migrate) -> Any:
+    import sys
+
+    return sys.modules["fn_OrderDatabaseMigrationFunction"]
+
+
+def test_the_migration_answers_failed_at_once_when_too_little_time_is_left(
+    migrate, migration_module, order_database
+):
+    context = LambdaContext(timeout_seconds=migration_module.ANSWER_SECONDS + 2)
+    started = time.monotonic()
+
+    answer = migrate("Update", {"RelayMode": "logical"}, old={"RelayMode": "polling"}, context=context)
+
+    assert answer["Status"] == "FAILED"
+    assert "too little to migrate or switch anything" in answer["Reason"]
+    assert time.monotonic() - started < 2
+    assert relay_state(order_database) == ("polling", False)
+
+
+def test_the_migration_answers_failed_with_the_reason_when_the_outbox_lock_is_not_granted(
+    migrate, migration_module, order_database, database, monkeypatch
+):
+    """A transaction holds the outbox (a publisher round, a long write): the switch waits LOCK_WAIT_SECONDS
+    at most (writers queue behind it meanwhile), then answers FAILED, the relay unchanged."""
+    place_orders(database, 1)
+    monkeypatch.setattr(migration_module, "LOCK_WAIT_SECONDS", 0.3)
+    with connect(order_database) as holder, holder.transaction():
+        holder.execute("LOCK TABLE outbox IN ROW SHARE MODE")
+        started = time.monotonic()
+        answer = migrate("Update", {"RelayMode": "logical"}, old={"RelayMode": "polling"})
+        waited = time.monotonic() - started
+
+    assert answer["Status"] == "FAILED"
+    assert "LockNotAvailable" in answer["Reason"]
+    assert "deploy again" in answer["Reason"]
+    assert waited < 5
+    assert relay_state(order_database)[0] == "polling"
+
+
+def test_the_migration_answers_failed_when_a_statement_runs_past_its_time(
+    migrate, migration_module, order_database, monkeypatch
+):
+    """Every statement runs under a statement_timeout no longer than the function's time left (less what
+    the answer needs): one that runs longer (here the handover's last statement, made to sleep by a
+    trigger) is cancelled, its transaction rolled back, and FAILED is answered before the deadline."""
+    monkeypatch.setattr(migration_module, "ANSWER_SECONDS", 0.5)
+    monkeypatch.setattr(migration_module, "MIN_WORK_SECONDS", 0.1)
+    with connect(order_database) as connection:
+        connection.execute(
+            "CREATE FUNCTION slow_switch() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$"
+        )
+        connection.execute(
+            "CREATE TRIGGER slow_switch BEFORE UPDATE ON outbox_relay"
+            " FOR EACH ROW EXECUTE FUNCTION slow_switch()"
+        )
+    try:
+        context = LambdaContext(timeout_seconds=2.5)
+        started = time.monotonic()
+        answer = migrate("Update", {"RelayMode": "logical"}, old={"RelayMode": "polling"}, context=context)
+        took = time.monotonic() - started
+    finally:
+        with connect(order_database) as connection:
+            connection.execute("DROP TRIGGER slow_switch ON outbox_relay")
+            connection.execute("DROP FUNCTION slow_switch()")
+
+    assert answer["Status"] == "FAILED"
+    assert "QueryCanceled" in answer["Reason"]
+    assert "statement timeout" in answer["Reason"]
+    assert took < 2.5
+    assert relay_state(order_database)[0] == "polling"
+
+
+def test_the_migration_answers_failed_when_its_settings_are_missing(migrate, order_database, monkeypatch):
+    monkeypatch.delenv("DATABASE_HOST")
+    reset_process_state()
+
+    answer = migrate("Update", {"RelayMode": "logical"}, old={"RelayMode": "polling"})
+
+    assert answer["Status"] == "FAILED"
+    assert "DATABASE_HOST" in answer["Reason"]
+    assert relay_state(order_database) == ("polling", False)

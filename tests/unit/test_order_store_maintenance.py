@@ -8,7 +8,7 @@ from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.runtime.config import Settings
 from shop.runtime.order_store_maintenance import maintain_order_store
-from tests.support.postgres import connect
+from tests.support.postgres import connect, use_logical_relay, use_polling_relay
 from tests.support.publishing import RecordingBus
 
 SETTINGS = Settings.from_env({"OUTBOX_TTL_DAYS": "16"})
@@ -50,7 +50,7 @@ def test_rows_past_their_window_leave_in_batches_and_pending_rows_never_do(
             " WHERE aggregate_id = ANY(%s) AND NOT (aggregate_id = %s AND sequence = 1)",
             (old, old[0]),
         )
-        connection.execute(  # a parked row as old: it leaves too (its message is in the poison queue)
+        connection.execute(  # a parked row as old: kept, evidence until redriven or discarded
             "UPDATE outbox SET published_at = NULL, parked_at = now() - interval '17 days'"
             " WHERE aggregate_id = %s AND sequence = 1",
             (old[1],),
@@ -73,9 +73,9 @@ def test_rows_past_their_window_leave_in_batches_and_pending_rows_never_do(
     report = maintain_order_store(database, SETTINGS, lambda: 60.0, batch_rows=2)
 
     after = counts(order_database)
-    # 5 old orders x 2 events = 10 rows: 1 pending and 2 inside the window stay, 7 leave.
-    assert report.outbox_rows_deleted == 7
-    assert after["outbox"] == before["outbox"] - 7
+    # 5 old orders x 2 events = 10 rows: 1 pending, 1 parked and 2 inside the window stay, 6 leave.
+    assert report.outbox_rows_deleted == 6
+    assert after["outbox"] == before["outbox"] - 6
     assert report.inbox_rows_deleted == 6
     assert after["inbox"] == 1
     assert report.request_keys_deleted == 5
@@ -126,9 +126,7 @@ def test_with_the_logical_relay_retention_reads_created_at_and_health_reads_the_
         {"OUTBOX_TTL_DAYS": "16", "POSTGRES_RELAY": "logical", "DATABASE_NAME": "mnt"}
     )
     slot = replication.slot_name(settings.database_name)
-    with connect(order_database) as connection:
-        replication.drop_publication_and_slot(connection, slot)
-        replication.ensure_publication_and_slot(connection, slot)
+    use_logical_relay(order_database, slot)
     try:
         old, _recent = place(database, 2)
         with connect(order_database) as connection:
@@ -157,5 +155,87 @@ def test_with_the_logical_relay_retention_reads_created_at_and_health_reads_the_
         assert caught_up.health.oldest_pending_seconds == 0.0
         assert len(recording_bus.accepted) == 4  # the deleted rows went out all the same
     finally:
-        with connect(order_database) as connection:
-            replication.drop_publication_and_slot(connection, slot)
+        use_polling_relay(order_database, slot)
+
+
+# --- the oldest pending row's age, and what retention never takes -------------------------------------------
+def test_the_oldest_pending_age_is_the_oldest_pending_rows_own_to_the_second_and_zero_without_one(
+    order_database: ConnectionSettings, database: Database
+):
+    """OutboxOldestPendingAge (the alarm on an outbox that stopped moving) reads pending rows only: older
+    rows already published or parked do not age it, and an outbox with nothing pending is 0, not the age
+    of anything else. The age is the row's own, measured when maintenance reads it."""
+    import time
+
+    waiting, published, parked = place(database, 3)
+    with connect(order_database) as connection:
+        connection.execute("UPDATE outbox SET published_at = clock_timestamp()")
+        connection.execute(  # long published, and long parked: not waiting for anything
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '2 hours' WHERE aggregate_id = %s",
+            (published,),
+        )
+        connection.execute(
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '1 hour', published_at = NULL,"
+            " parked_at = clock_timestamp() WHERE aggregate_id = %s",
+            (parked,),
+        )
+        began = time.monotonic()
+        connection.execute(  # the one pending row: written 90 s ago
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '90 seconds', published_at = NULL"
+            " WHERE aggregate_id = %s AND sequence = 2",
+            (waiting,),
+        )
+
+    health = maintain_order_store(database, SETTINGS, lambda: 60.0).health
+    elapsed = time.monotonic() - began
+
+    assert health is not None
+    assert (health.pending, health.parked) == (1, 2)
+    assert health.oldest_pending_seconds is not None
+    assert 90.0 <= health.oldest_pending_seconds <= 90.0 + elapsed
+
+    with connect(order_database) as connection:
+        connection.execute("UPDATE outbox SET published_at = clock_timestamp() WHERE parked_at IS NULL")
+
+    caught_up = maintain_order_store(database, SETTINGS, lambda: 60.0).health
+
+    assert caught_up is not None
+    assert (caught_up.pending, caught_up.oldest_pending_seconds) == (0, 0.0)
+
+
+def test_retention_takes_published_rows_just_past_the_window_and_never_a_pending_row_however_old(
+    order_database: ConnectionSettings, database: Database
+):
+    """The republish window (OutboxTtlDays=16 here) to the minute: a row published a minute more than 16
+    days ago leaves, one published a minute less stays; a pending row written 400 days ago stays (its
+    event is not on the bus: deleting it would lose it)."""
+    old, recent, stuck = place(database, 3)
+    with connect(order_database) as connection:
+        connection.execute(
+            "UPDATE outbox SET published_at = clock_timestamp() - interval '16 days 1 minute'"
+            " WHERE aggregate_id = %s",
+            (old,),
+        )
+        connection.execute(
+            "UPDATE outbox SET published_at = clock_timestamp() - interval '15 days 23 hours 59 minutes'"
+            " WHERE aggregate_id = %s",
+            (recent,),
+        )
+        connection.execute(
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '400 days', published_at = NULL"
+            " WHERE aggregate_id = %s",
+            (stuck,),
+        )
+
+    report = maintain_order_store(database, SETTINGS, lambda: 60.0)
+
+    assert report.outbox_rows_deleted == 2
+    with connect(order_database) as connection:
+        left = connection.execute(
+            "SELECT aggregate_id, count(*) FROM outbox GROUP BY aggregate_id ORDER BY aggregate_id"
+        ).fetchall()
+    assert left == sorted([(recent, 2), (stuck, 2)])
+    assert report.health is not None
+    assert report.health.pending == 2
+    assert report.health.oldest_pending_seconds is not None
+    assert report.health.oldest_pending_seconds >= 400 * 86_400

@@ -18,7 +18,7 @@ from operations.admin import main as outbox_admin
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.runtime.config import Settings
 from shop.runtime.order_store_replay import ReplayRequestError, replay_order_store
-from tests.support.postgres import connect, place_orders
+from tests.support.postgres import connect, place_orders, use_logical_relay, use_polling_relay
 
 SETTINGS = Settings.from_env({})
 NO_TIME_LEFT = lambda: 0.0  # noqa: E731 (the invocation ends at once: nothing is waited for)
@@ -212,9 +212,7 @@ def test_with_the_logical_relay_a_replay_goes_through_the_slot_and_completes_onc
 
     settings = Settings.from_env({"POSTGRES_RELAY": "logical", "DATABASE_NAME": "replay_tests"})
     slot = replication.slot_name(settings.database_name)
-    with connect(order_database) as connection:
-        replication.drop_publication_and_slot(connection, slot)
-        replication.ensure_publication_and_slot(connection, slot)
+    use_logical_relay(order_database, slot)
     relay_database = Database(order_database)
     try:
         orders = place_orders(database, 3)
@@ -248,5 +246,49 @@ def test_with_the_logical_relay_a_replay_goes_through_the_slot_and_completes_onc
         assert rows(order_database)[orders[1]][1] is False  # no row was updated
     finally:
         relay_database.close()
-        with connect(order_database) as connection:
-            replication.drop_publication_and_slot(connection, slot)
+        use_polling_relay(order_database, slot)
+
+
+def test_with_the_logical_relay_a_row_a_pending_replay_names_outlives_retention_until_it_is_out(
+    order_database: ConnectionSettings, database: Database, recording_bus: Any
+):
+    """Retention with the logical relay deletes rows by age (it marks none published): a replay of old
+    events names rows past that age, and they must stay until the relay has republished them."""
+    from shop.adapters.postgres import replication
+    from shop.runtime.logical_relay import relay_slot_round
+    from shop.runtime.order_store_maintenance import maintain_order_store
+    from tests.support.publishing import ListSink, publisher
+
+    settings = Settings.from_env(
+        {"POSTGRES_RELAY": "logical", "DATABASE_NAME": "replay_tests", "OUTBOX_TTL_DAYS": "16"}
+    )
+    slot = replication.slot_name(settings.database_name)
+    use_logical_relay(order_database, slot)
+
+    def relay_until_idle() -> None:
+        while (
+            outcome := relay_slot_round(
+                database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
+            )
+        ).claimed or outcome.backlog:
+            pass
+
+    try:
+        orders = place_orders(database, 3)
+        relay_until_idle()
+        set_rows(order_database, "created_at = created_at - interval '17 days'", orders)
+        replayed = rows(order_database)[orders[0]][0]
+        report = replay_order_store(
+            database, settings, {"eventIds": [replayed], "includeExpired": True}, NO_TIME_LEFT
+        )
+        assert report.still_pending == [replayed]
+
+        before_republish = maintain_order_store(database, settings, lambda: 60.0)
+        relay_until_idle()
+        after_republish = maintain_order_store(database, settings, lambda: 60.0)
+
+        assert before_republish.outbox_rows_deleted == 2  # the other two: not named by the replay
+        assert [event_id for _, _, event_id in recording_bus.accepted].count(replayed) == 2
+        assert after_republish.outbox_rows_deleted == 1
+    finally:
+        use_polling_relay(order_database, slot)

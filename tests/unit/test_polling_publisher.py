@@ -203,6 +203,64 @@ def test_a_poison_row_is_parked_whole_and_its_orders_later_events_go_out(
     assert pending_rows(order_database) == []
 
 
+def parked_rows(settings: ConnectionSettings) -> list[tuple[str, int]]:
+    with connect(settings) as connection:
+        return connection.execute(
+            "SELECT aggregate_id, sequence FROM outbox WHERE parked_at IS NOT NULL ORDER BY position"
+        ).fetchall()
+
+
+def test_a_parked_rows_order_keeps_publishing_its_later_events_in_later_rounds(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """The order's later events are written after the round that parked its first: each of them becomes
+    the order's head in its own later round (a parked row, like a published one, no longer holds its
+    order back), and none waits behind the parked row."""
+    (order_id,) = place_orders(database, 1)
+    make_unreadable(order_database, order_id, 1, '{"not": "a cloudevent"}')
+    sink = ListSink()
+    assert len(run_round(database, sink).parked) == 1
+
+    advance(database, [order_id])  # sequence 2, written after the round that parked sequence 1
+    second = run_round(database, sink)
+    advance(database, [order_id])  # sequence 3, a round later still
+    third = run_round(database, sink)
+
+    assert [len(round_.published) for round_ in (second, third)] == [1, 1]
+    assert recording_bus.sequences_by_order() == {order_id: [2, 3]}
+    assert pending_rows(order_database) == []
+    assert parked_rows(order_database) == [(order_id, 1)]
+
+
+def test_a_parked_row_is_never_claimed_again_nor_takes_another_orders_place(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """Rounds after the one that parked a row: the row is not read, published or parked again, neither
+    alone (as its order's head) nor with its order's later events; and with one order a round it takes
+    no round's place from an order with events pending."""
+    (poisoned,) = place_orders(database, 1)
+    make_unreadable(order_database, poisoned, 1, "[]")
+    sink = ListSink()
+    assert len(run_round(database, sink, max_orders=1).parked) == 1
+    (healthy,) = place_orders(database, 1)
+    advance(database, [poisoned])  # the parked row's order moves on: sequence 2, pending
+
+    rounds = []
+    while (outcome := run_round(database, sink, max_orders=1)).claimed:
+        rounds.append(outcome)
+        assert len(rounds) <= 2, "more rounds than pending orders"
+
+    # One order a round, oldest head first: the healthy order's event, then the parked row's successor.
+    assert [[(row.aggregate_id, row.sequence) for row, _ in outcome.published] for outcome in rounds] == [
+        [(healthy, 1)],
+        [(poisoned, 2)],
+    ]
+    assert recording_bus.sequences_by_order() == {healthy: [1], poisoned: [2]}
+    assert [record.image["sequence"] for record in sink.parked] == [1]  # parked once, in the first round
+    assert pending_rows(order_database) == []
+    assert run_round(database, sink).claimed == 0  # nothing is left to claim, the parked row included
+
+
 def test_when_the_poison_queue_fails_the_poison_row_and_its_orders_later_events_stay_pending(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
 ):

@@ -2,7 +2,10 @@
 (shop.adapters.postgres.maintenance says which), then the outbox's health as metrics for the alarms:
 the oldest event not yet on the bus (a pending row's age; with the logical relay, the oldest commit
 its slot still holds), pending and parked rows, table size, and with the logical relay the WAL its slot
-keeps (ReplicationSlotRetainedBytes: what a stopped relay costs in storage)."""
+keeps (ReplicationSlotRetainedBytes: what a stopped relay costs in storage) and whether it is lost
+(ReplicationSlotLost, 0 or 1: missing or invalidated while the relay mode is logical; each minute the
+database also records how far the slot had delivered, where a lost slot's gap starts:
+shop.adapters.postgres.slot_recovery)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,11 @@ from shop.adapters.postgres.maintenance import (
     outbox_health,
 )
 from shop.adapters.postgres.replication import SlotHealth, oldest_undelivered_seconds, slot_health, slot_name
+from shop.adapters.postgres.slot_recovery import (
+    finish_recovery_if_drained,
+    read_slot_state,
+    record_delivered_before,
+)
 from shop.runtime.config import DAY_SECONDS, Settings
 from shop.runtime.observability import metrics
 
@@ -36,6 +44,8 @@ class MaintenanceReport:
     request_keys_deleted: int = 0
     health: OutboxHealth | None = None
     slot: SlotHealth | None = None
+    slot_lost: bool | None = None  # None: the relay mode is polling (no slot is read)
+    slot_state: str | None = None
 
 
 def maintain_order_store(
@@ -64,10 +74,20 @@ def maintain_order_store(
             if deleted < batch_rows:
                 break
     with database.transaction() as cursor:
+        slot = slot_name(settings.database_name)
+        state = read_slot_state(cursor, slot)
+        if logical or state.relay_mode == "logical":
+            # Lost (missing or invalidated while the relay mode is logical), or its recovery unfinished.
+            report.slot_lost = state.needs_recovery
+            report.slot_state = state.describe()
         if logical:
-            slot = slot_name(settings.database_name)
             report.slot = slot_health(cursor, slot)
-            age = oldest_undelivered_seconds(cursor, slot, SLOT_WAIT_SECONDS) if report.slot.exists else None
+            readable = report.slot.exists and state.problem is None  # an invalidated slot refuses a peek
+            age = oldest_undelivered_seconds(cursor, slot, SLOT_WAIT_SECONDS) if readable else None
+            if age is not None and state.relay_mode == "logical":
+                # Where a lost slot's gap would start; and a recovery the relay has caught up with is over.
+                record_delivered_before(cursor, slot, age)
+                finish_recovery_if_drained(cursor, slot)
             report.health = logical_outbox_health(cursor, age)
         else:
             report.health = outbox_health(cursor)
@@ -88,9 +108,13 @@ def _record_metrics(report: MaintenanceReport) -> None:
     metrics.add_metric(name="OutboxRows", unit=MetricUnit.Count, value=health.rows)
     metrics.add_metric(name="OutboxRowsDeleted", unit=MetricUnit.Count, value=report.outbox_rows_deleted)
     if report.slot is not None:
-        # A missing slot reads as 0 retained bytes but no event gets out: the publisher's errors alarm
-        # (every round fails on it) and the oldest-pending alarm (no data: breaching) say so.
+        # A missing slot reads as 0 retained bytes but no event gets out: ReplicationSlotLost says so (and
+        # the publisher's errors alarm: every round stops on it).
         metrics.add_metric(
             name="ReplicationSlotRetainedBytes", unit=MetricUnit.Bytes, value=report.slot.retained_bytes
         )
         metrics.add_metric(name="ReplicationSlotLagBytes", unit=MetricUnit.Bytes, value=report.slot.lag_bytes)
+    if report.slot_lost is not None:
+        # 1: the logical relay cannot read its slot (missing or invalidated), or a recovery stopped before
+        # it handed the gap over: ReplicationSlotLostAlarm, runbook "Replication slot lost".
+        metrics.add_metric(name="ReplicationSlotLost", unit=MetricUnit.Count, value=int(report.slot_lost))

@@ -1,7 +1,9 @@
 """Replay for the PostgreSQL order store: make published outbox rows pending again, so the polling
-publisher republishes them in per-order sequence, then wait until it has. With the logical relay, name
-the rows in a replay message written to the log (pg_logical_emit_message): the relay publishes them
-where the message sits, in commit order, and replay waits until the slot has moved past it.
+publisher republishes them in per-order sequence, then wait until it has. With the logical relay (the
+relay that owns the outbox now, outbox_relay.mode), name the rows in a replay set with its message in the
+log (shop.adapters.postgres.replays): the relay activates the set where the message sits, once
+everything committed before it is out, and drains it a chunk a round, whatever its size, while later
+events keep flowing; replay waits until the set names no row (each on the bus, or parked).
 
 The database lives in a private VPC, out of an operator's reach: `python -m operations replay` invokes
 the maintenance function with {"replay": {...}} and prints what this returns. The same honesty rules as
@@ -19,9 +21,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from shop.adapters.postgres import replays
 from shop.adapters.postgres.connection import Database
-from shop.adapters.postgres.outbox import ReplaySelection, reset_for_replay
-from shop.adapters.postgres.replication import confirmed_lsn, emit_replay, flush_lsn, slot_name
+from shop.adapters.postgres.outbox import (
+    ReplaySelection,
+    relay_mode_for_replay,
+    reset_for_replay,
+    unpublished_among,
+)
+from shop.adapters.postgres.replication import emit_replay
 from shop.domain.envelope import now as utc_now
 from shop.domain.envelope import parse_time
 from shop.runtime.config import Settings
@@ -87,11 +95,14 @@ def replay_order_store(
     chosen = _selection(request)
     include_expired = request.get("includeExpired") is True
     horizon = None if include_expired else now() - timedelta(days=settings.outbox_ttl_days)
-    logical = settings.postgres_relay == "logical"
+    replay_id = None
     with database.transaction() as cursor:
+        # The relay that owns the outbox now (not this function's configuration: a switch may be under
+        # way), read with the outbox locked against a switch until this commits.
+        logical = relay_mode_for_replay(cursor) == "logical"
         selection, positions = reset_for_replay(cursor, horizon=horizon, logical_relay=logical, **chosen)
         if logical:
-            emit_replay(cursor, positions)
+            replay_id = emit_replay(cursor, positions)
     report = ReplayReport(selection)
     if selection.expired:
         report.messages.append(
@@ -105,14 +116,11 @@ def replay_order_store(
     if selection.missing:
         report.messages.append(f"{len(selection.missing)} event ids are not in the outbox")
     waiting = list(selection.reset)
-    if logical:
-        waiting = _wait_for_slot(database, slot_name(settings.database_name), waiting, seconds_left, sleep)
-    while waiting and not logical and seconds_left() > RESERVE_SECONDS:
+    if replay_id is not None:
+        waiting = _wait_for_set(database, replay_id, waiting, seconds_left, sleep)
+    while waiting and seconds_left() > RESERVE_SECONDS:
         with database.transaction() as cursor:
-            cursor.execute(
-                "SELECT event_id FROM outbox WHERE event_id = ANY(%s) AND published_at IS NULL", (waiting,)
-            )
-            waiting = [event_id for (event_id,) in cursor.fetchall()]
+            waiting = unpublished_among(cursor, waiting)
         if waiting:
             sleep(POLL_SECONDS)
     report.republished = len(selection.reset) - len(waiting)
@@ -125,22 +133,24 @@ def replay_order_store(
     return report
 
 
-def _wait_for_slot(
+def _wait_for_set(
     database: Database,
-    slot: str,
+    replay_id: int,
     waiting: list[str],
     seconds_left: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> list[str]:
-    """The replay message committed before the log's flush position read now: once the slot has been
-    confirmed past it, the relay has put every named row on the bus (or parked it)."""
-    if not waiting:
-        return waiting
-    with database.transaction() as cursor:
-        target = flush_lsn(cursor)
-    while seconds_left() > RESERVE_SECONDS:
+    """The logical relay drains the replay set across its rounds, each row leaving the set once it is on
+    the bus (or parked): the events still pending are the set's. A set handed back to the polling
+    publisher by a switch meanwhile is gone: its rows are pending rows again, which the caller waits for
+    as with the polling publisher."""
+    while True:
         with database.transaction() as cursor:
-            if confirmed_lsn(cursor, slot) >= target:
-                return []
+            progress = replays.progress(cursor, replay_id)
+        if not progress.exists:
+            return waiting
+        pending = set(progress.pending_event_ids)
+        waiting = [event_id for event_id in waiting if event_id in pending]
+        if not waiting or seconds_left() <= RESERVE_SECONDS:
+            return waiting
         sleep(POLL_SECONDS)
-    return waiting

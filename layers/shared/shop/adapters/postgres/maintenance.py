@@ -2,14 +2,18 @@
 
 Rows leave in bounded batches (one short transaction each, so maintenance never holds locks the
 writers or the publisher wait on for long):
-- outbox rows published or parked longer ago than the republish window (OutboxTtlDays: as long as
-  the DynamoDB outbox items live, so replay works the same on both stores); with the logical relay,
-  rows written longer ago than that (it marks nothing: its slot holds what it has not sent, in the WAL,
+- outbox rows published longer ago than the republish window (OutboxTtlDays: as long as the DynamoDB
+  outbox items live, so replay works the same on both stores); with the logical relay, rows written (or
+  redriven) longer ago than that (it marks nothing: its slot holds what it has not sent, in the WAL,
   whether the row is still in the table or not);
+- parked rows only once an operator discarded them, the window after (shop.adapters.postgres.parked): a
+  parked row not redriven or discarded is evidence, and may be the only copy of its event (a record too
+  large for a poison queue message);
 - inbox rows older than the consumers' redelivery window (the same window as Powertools' idempotency
   records: runtime.config.Settings.idempotency_expires_after_seconds);
 - request keys past their expiry.
-Pending rows are never deleted, however old.
+Pending rows are never deleted, however old, nor rows a replay or a handover to the logical relay still
+names (its replay set: shop.adapters.postgres.replays).
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from typing import Any
 
 import psycopg
 
+# A row a replay set still names (a replay, or a handover to the logical relay, not drained yet:
+# shop.adapters.postgres.replays) stays, however old: it is still to be published. (Its foreign key would
+# refuse the delete anyway, failing the whole batch.)
 _DELETE_OUTBOX = """
 DELETE FROM outbox WHERE position IN (
     SELECT position FROM outbox
     WHERE {done} < clock_timestamp() - make_interval(secs => %s)
+      AND NOT EXISTS (SELECT 1 FROM outbox_replay_rows AS named WHERE named.position = outbox.position)
     LIMIT %s)
 """
 _DELETE_INBOX = """
@@ -41,7 +49,7 @@ SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)
 FROM outbox WHERE published_at IS NULL AND parked_at IS NULL
 """
 _SIZE = """
-SELECT (SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL),
+SELECT (SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL AND discarded_at IS NULL),
        (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox'::regclass)
 """
 
@@ -50,14 +58,22 @@ SELECT (SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL),
 class OutboxHealth:
     pending: int | None  # rows not on the bus yet; None with the logical relay (it marks no row)
     oldest_pending_seconds: float | None  # None: not known this time (the slot was busy too long)
-    parked: int
+    parked: int  # parked rows not yet redriven or discarded
     rows: int  # the planner's estimate (pg_class.reltuples), refreshed by autovacuum
 
 
 def delete_published_outbox_rows(
     cursor: psycopg.Cursor[Any], older_than_seconds: int, limit: int, *, logical_relay: bool = False
 ) -> int:
-    done = "created_at" if logical_relay else "coalesce(published_at, parked_at)"
+    # A parked row is evidence, and may be the only copy of its event: kept until an operator redrives it
+    # (then it is published again, and leaves like any other) or discards it (it leaves the window after).
+    if logical_relay:
+        done = (
+            "CASE WHEN parked_at IS NOT NULL AND discarded_at IS NULL THEN NULL"
+            " ELSE greatest(created_at, redriven_at, discarded_at) END"
+        )
+    else:
+        done = "coalesce(published_at, discarded_at)"
     cursor.execute(_DELETE_OUTBOX.format(done=done), (older_than_seconds, limit))
     return cursor.rowcount
 

@@ -29,11 +29,15 @@ INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope, trac
 VALUES (%s, %s, %s, %s, %s, %s)
 """
 
-# Heads of orders, oldest first; a head another publisher holds is skipped, not waited for.
+# Heads of orders, oldest first; a head another publisher holds is skipped, not waited for. Nothing
+# once the outbox is handed over to the logical relay (outbox_relay.mode): a publisher still running
+# with its old configuration must not publish rows the relay now owns (it claims through the outbox's
+# row locks, which a switch waits for, so its next claim sees the switch).
 _CLAIM_HEADS = """
 SELECT head.aggregate_id
 FROM outbox AS head
 WHERE head.published_at IS NULL AND head.parked_at IS NULL
+  AND (SELECT mode FROM outbox_relay) = 'polling'
   AND NOT EXISTS (
       SELECT 1 FROM outbox AS earlier
       WHERE earlier.aggregate_id = head.aggregate_id
@@ -53,6 +57,39 @@ WHERE aggregate_id = ANY(%s) AND published_at IS NULL AND parked_at IS NULL
 ORDER BY aggregate_id, sequence
 FOR UPDATE
 """
+
+
+class RelayModeMismatch(RuntimeError):
+    """The outbox was handed over to the other relay (outbox_relay.mode): this one publishes nothing."""
+
+    def __init__(self, running: str, mode: str) -> None:
+        super().__init__(
+            f"this publisher runs as the {running} relay, but the outbox was switched to the {mode} relay "
+            "(outbox_relay.mode): it publishes nothing; the invocations started with the new "
+            "configuration (PostgresRelay) do"
+        )
+
+
+def relay_mode(cursor: psycopg.Cursor[Any]) -> str:
+    cursor.execute("SELECT mode FROM outbox_relay")
+    found = cursor.fetchone()
+    return str(found[0]) if found else "polling"
+
+
+def relay_mode_for_replay(cursor: psycopg.Cursor[Any]) -> str:
+    """The relay that owns the outbox, read with the outbox's ROW SHARE lock held (what a replay's
+    FOR UPDATE takes anyway) until the caller commits: a switch (EXCLUSIVE) is then either done, or waits
+    and hands over what the replay did."""
+    cursor.execute("LOCK TABLE outbox IN ROW SHARE MODE")
+    return relay_mode(cursor)
+
+
+def unpublished_among(cursor: psycopg.Cursor[Any], event_ids: list[str]) -> list[str]:
+    """The events among `event_ids` not marked published (pending, or parked again)."""
+    cursor.execute(
+        "SELECT event_id FROM outbox WHERE event_id = ANY(%s) AND published_at IS NULL", (event_ids,)
+    )
+    return [event_id for (event_id,) in cursor.fetchall()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +136,8 @@ def claim_pending(cursor: psycopg.Cursor[Any], max_orders: int) -> list[OutboxRo
     cursor.execute(_CLAIM_HEADS, (max_orders,))
     heads = [aggregate_id for (aggregate_id,) in cursor.fetchall()]
     if not heads:
+        if (mode := relay_mode(cursor)) != "polling":
+            raise RelayModeMismatch("polling", mode)
         return []
     cursor.execute(_LOCK_ORDERS, (heads,))
     rows = [OutboxRow(*record) for record in cursor.fetchall()]  # by order, then sequence

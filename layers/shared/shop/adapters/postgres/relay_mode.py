@@ -1,55 +1,102 @@
-"""Switching the PostgreSQL outbox between its two relays (PostgresRelay) without losing or stranding an
-event, run by the migration function at deploy time.
+"""Switching the PostgreSQL outbox between its two relays (PostgresRelay) without losing, stranding or
+reordering an event, run by the migration function at deploy time.
 
 The two relays keep different bookmarks: the polling publisher marks rows published; the logical relay
-marks nothing and confirms its slot. A switch hands the bookmark over in one transaction that holds
-the outbox in SHARE mode (writers wait, so every outbox row is committed and, in logical mode, decoded
-in the slot by then) and the logical relay's lock (so no relay reads the slot meanwhile):
-- to logical: rows still pending (committed before the slot existed: the slot never sees them) are
-  named in a replay message, which the logical relay publishes first, and marked published;
-- to polling: every row the slot has delivered is marked published; what the slot still holds stays
-  pending for the polling publisher; the slot is then dropped so it stops holding WAL.
-`outbox_relay.mode` records the switch in the same transaction, so a run repeated after a crash either
-finds the switch done or does all of it again.
+marks nothing and confirms its slot. `outbox_relay.mode` says which relay owns the outbox, and each relay
+checks it where it reads: the polling publisher in its claim, the logical relay under its slot's lock.
+So a publisher still running with its old configuration after a switch publishes nothing (it raises
+RelayModeMismatch), and whatever commits between the switch's steps belongs to one relay only.
+
+A switch hands the bookmark over in one transaction holding the logical relay's lock (no relay reads
+the slot meanwhile) and the outbox in EXCLUSIVE mode: writers wait (every outbox row is committed by
+then, and in logical mode decoded in the slot), and so does a polling publisher's round: it holds its
+claimed rows' locks (ROW SHARE) until it commits, the switch waits for that, and the round's own
+UPDATE of the rows goes ahead of the waiting switch (it holds a lock the switch waits for), so the two
+cannot deadlock (with SHARE mode they did: the switch got its lock, then waited for the round's rows
+while the round waited for the table). The slot's lock comes first, as in a relay round.
+- to logical: the slot is created (before the lock: a slot cannot be created in a transaction that
+  wrote), then, under the lock, every row still pending is handed to the logical relay in a replay set
+  (shop.adapters.postgres.replays, activated by its message in the log) and marked published, and the
+  slot is moved to the log's current end: every row committed before is in the table, so nothing
+  decoded before is needed, and a row committed between the slot's creation and the lock goes out
+  once, through the set, in its order's sequence; what commits after the switch follows the set's rows
+  of its order (the relay holds a slot row back until its order's rows pending in a set are out);
+- to polling: every row the slot has delivered is marked published; what it still holds (streamed
+  through a server-side cursor, a batch at a time, however much it holds) and what the replay sets
+  still name stays or becomes pending; the sets are dropped; then the slot is dropped, under its lock,
+  so it stops holding WAL.
+Every statement runs under a bounded lock_timeout and a statement_timeout no longer than the caller's
+time (`seconds_left`): a switch that cannot get its locks or finish in time fails, changing nothing, and
+says why. A run repeated after a failure either finds the switch done or does all of it again.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from shop.adapters.postgres import replays
+from shop.adapters.postgres.outbox import relay_mode
 from shop.adapters.postgres.replication import (
-    drop_publication_and_slot,
+    OUTBOX_TABLE,
+    PUBLICATION,
+    advance_slot,
     emit_replay,
-    ensure_publication_and_slot,
+    flush_lsn,
     lock_slot,
-    peek_changes,
     slot_exists,
+    stream_undelivered_positions,
 )
 
-MAX_CHANGES = 10_000_000  # a switch reads everything the slot holds
-
-
-def current_mode(cursor: psycopg.Cursor[Any]) -> str:
-    cursor.execute("SELECT mode FROM outbox_relay")
-    found = cursor.fetchone()
-    return str(found[0]) if found else "polling"
-
-
-def _undelivered_positions(cursor: psycopg.Cursor[Any], slot: str) -> set[int]:
-    changes = peek_changes(cursor, slot, MAX_CHANGES)
-    return {row.position for transaction in changes.transactions for row in transaction.rows} | {
-        position for transaction in changes.transactions for position in transaction.replayed
-    }
+LOCK_WAIT_SECONDS = 10.0  # for the slot's lock and the outbox's: writers queue behind a waiting switch
+BATCH_ROWS = 1_000  # slot messages read at a time when the slot is handed back
+MIN_STEP_SECONDS = 1.0  # a step does not start with less time than this left
 
 
 class LogicalDecodingOff(RuntimeError):
     """The server cannot decode its log (wal_level is not logical): nothing was changed."""
 
 
-def switch_relay(connection: psycopg.Connection, mode: str, slot: str) -> str:
+class SwitchOutOfTime(RuntimeError):
+    """Too little of the caller's time is left to start the next step: stopped before it."""
+
+
+def current_mode(cursor: psycopg.Cursor[Any]) -> str:
+    return relay_mode(cursor)
+
+
+class _Bounds:
+    """The time each step may take: the caller's time left, and a lock wait no longer than that."""
+
+    def __init__(self, seconds_left: Callable[[], float], lock_wait_seconds: float) -> None:
+        self._seconds_left = seconds_left
+        self._lock_wait = lock_wait_seconds
+
+    def apply(self, cursor: psycopg.Cursor[Any], step: str) -> None:
+        """Check there is time for `step`, and bound the statements that follow in this transaction."""
+        left = self._seconds_left()
+        if left < MIN_STEP_SECONDS:
+            raise SwitchOutOfTime(f"{left:.1f} s left, not enough to start {step}: nothing of it was done")
+        statement_ms = 0 if math.isinf(left) else max(int(left * 1000), 1)
+        lock_ms = max(int(min(self._lock_wait, left) * 1000), 1)
+        cursor.execute(f"SET LOCAL statement_timeout = {statement_ms}")
+        cursor.execute(f"SET LOCAL lock_timeout = {lock_ms}")
+
+
+def switch_relay(
+    connection: psycopg.Connection,
+    mode: str,
+    slot: str,
+    *,
+    seconds_left: Callable[[], float] = lambda: math.inf,
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+    batch_rows: int = BATCH_ROWS,
+) -> str:
     """Make `mode` the outbox's relay (autocommit connection). Returns what was done, for the log."""
+    bounds = _Bounds(seconds_left, lock_wait_seconds)
     if mode == "logical":
         found = connection.execute("SHOW wal_level").fetchone()
         level = found[0] if found else "unknown"
@@ -60,49 +107,121 @@ def switch_relay(connection: psycopg.Connection, mode: str, slot: str) -> str:
                 "PostgresRelay=polling, reboot the writer, then deploy PostgresRelay=logical "
                 "(docs/configuration.md, switching a live stack)"
             )
-        ensure_publication_and_slot(connection, slot)  # outside the transaction: a slot must be
+        with connection.transaction(), connection.cursor() as cursor:
+            bounds.apply(cursor, "reading the relay mode")
+            already, present = current_mode(cursor) == "logical", slot_exists(cursor, slot)
+        if already:
+            # Never a new slot under a logical relay: a missing one is lost, and a new slot would silently
+            # skip what the lost one had not delivered (its recovery republishes that gap).
+            if not present:
+                return f"already logical; slot {slot} missing: lost, see `python -m operations recover-slot`"
+            return "already logical"
+        _prepare_slot(connection, slot, bounds)
     with connection.transaction(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL statement_timeout = 0")  # a switch after a long outage reads much WAL
-        if current_mode(cursor) == mode:
-            outcome = f"already {mode}"
-        else:
+        bounds.apply(cursor, "the handover")
+        outcome = f"already {mode}"
+        if current_mode(cursor) != mode:
             lock_slot(cursor, slot)
-            cursor.execute("LOCK TABLE outbox IN SHARE MODE")
-            outcome = _to_logical(cursor, slot) if mode == "logical" else _to_polling(cursor, slot)
-            cursor.execute("UPDATE outbox_relay SET mode = %s, changed_at = clock_timestamp()", (mode,))
-    if mode == "polling" and slot_exists(connection, slot):
-        drop_publication_and_slot(connection, slot)
+            cursor.execute("LOCK TABLE outbox IN EXCLUSIVE MODE")
+            if current_mode(cursor) != mode:  # read again under the locks: a switch running at once
+                if mode == "logical":
+                    outcome = _to_logical(cursor, slot)
+                else:
+                    outcome = _to_polling(cursor, slot, bounds, batch_rows)
+                cursor.execute("UPDATE outbox_relay SET mode = %s, changed_at = clock_timestamp()", (mode,))
+    if mode == "polling" and _drop_slot(connection, slot, bounds):
         outcome += "; slot dropped"
     return outcome
 
 
+def _prepare_slot(connection: psycopg.Connection, slot: str, bounds: _Bounds) -> None:
+    """The publication and the slot (creating a slot waits for the transactions running then), and, while
+    the outbox is still the polling publisher's, the slot moved to the log's end: whatever it decoded
+    so far is in the table, and the handover need not decode it under the outbox's lock. Each in a
+    transaction of its own: a slot cannot be created in a transaction that wrote."""
+    with connection.transaction(), connection.cursor() as cursor:
+        bounds.apply(cursor, "creating the publication")
+        cursor.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,))
+        if cursor.fetchone() is None:
+            table = ".".join(OUTBOX_TABLE)
+            cursor.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {table} WITH (publish = 'insert')")
+    with connection.transaction(), connection.cursor() as cursor:
+        bounds.apply(cursor, "creating the slot")
+        if not slot_exists(cursor, slot):
+            cursor.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    with connection.transaction(), connection.cursor() as cursor:
+        bounds.apply(cursor, "moving the new slot to the log's end")
+        lock_slot(cursor, slot)
+        if current_mode(cursor) == "polling":
+            advance_slot(cursor, slot, flush_lsn(cursor))
+
+
 def _to_logical(cursor: psycopg.Cursor[Any], slot: str) -> str:
-    in_slot = _undelivered_positions(cursor, slot)
-    cursor.execute("SELECT position FROM outbox WHERE published_at IS NULL AND parked_at IS NULL")
-    stranded = [position for (position,) in cursor.fetchall() if position not in in_slot]
-    emit_replay(cursor, stranded)
-    if stranded:
-        cursor.execute(
-            "UPDATE outbox SET published_at = clock_timestamp() WHERE position = ANY(%s)", (stranded,)
-        )
-    return f"switched to logical; {len(stranded)} pending rows handed to the slot"
+    cursor.execute(
+        "UPDATE outbox SET published_at = clock_timestamp()"
+        " WHERE published_at IS NULL AND parked_at IS NULL RETURNING position"
+    )
+    pending = sorted(position for (position,) in cursor.fetchall())
+    # Everything committed before now is in the table (the outbox is locked): the slot need not deliver
+    # it. Moved before the set's message, which commits with this transaction, after this position.
+    advance_slot(cursor, slot, flush_lsn(cursor))
+    emit_replay(cursor, pending, kind="handover")
+    return f"switched to logical; {len(pending)} pending rows handed to the logical relay"
 
 
-def _to_polling(cursor: psycopg.Cursor[Any], slot: str) -> str:
-    undelivered = _undelivered_positions(cursor, slot) if slot_exists(cursor, slot) else set()
-    held = sorted(undelivered)
+def _to_polling(cursor: psycopg.Cursor[Any], slot: str, bounds: _Bounds, batch_rows: int) -> str:
+    cursor.execute("CREATE TEMPORARY TABLE handover_held (position bigint NOT NULL) ON COMMIT DROP")
+
+    def hold(positions: list[int]) -> None:
+        if positions:
+            with cursor.copy("COPY handover_held (position) FROM STDIN") as copy:
+                for position in positions:
+                    copy.write_row((position,))
+
+    if slot_exists(cursor, slot):
+        upto = flush_lsn(cursor)
+        for batch in stream_undelivered_positions(
+            cursor,
+            slot,
+            upto_lsn=upto,
+            batch_rows=batch_rows,
+            before_fetch=lambda: bounds.apply(cursor, "reading the slot"),
+        ):
+            hold(batch)
+    hold(replays.hand_back(cursor))
     cursor.execute(
         "UPDATE outbox SET published_at = created_at"
-        " WHERE published_at IS NULL AND parked_at IS NULL AND NOT (position = ANY(%s))",
-        (held,),
+        " WHERE published_at IS NULL AND parked_at IS NULL"
+        " AND NOT EXISTS (SELECT 1 FROM handover_held AS h WHERE h.position = outbox.position)"
     )
-    # Rows a replay message still holds were marked published when handed over: pending again.
+    # Rows handed to the logical relay or replayed were marked published then: pending again.
     cursor.execute(
-        "UPDATE outbox SET published_at = NULL WHERE position = ANY(%s) AND parked_at IS NULL", (held,)
+        "UPDATE outbox SET published_at = NULL"
+        " WHERE parked_at IS NULL AND position IN (SELECT position FROM handover_held)"
     )
-    return f"switched to polling; {len(undelivered)} rows the slot still held left pending"
+    held = cursor.rowcount
+    return f"switched to polling; {held} rows the slot or a replay still held left pending"
 
 
-def drop_relay_slot(connection: psycopg.Connection, slot: str) -> bool:
+def _drop_slot(connection: psycopg.Connection, slot: str, bounds: _Bounds) -> bool:
+    """Drop the slot (so it stops holding WAL) and the publication, under the slot's lock: a relay round
+    reading it finishes first."""
+    with connection.transaction(), connection.cursor() as cursor:
+        bounds.apply(cursor, "dropping the slot")
+        lock_slot(cursor, slot)
+        dropped = slot_exists(cursor, slot)
+        if dropped:
+            cursor.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        cursor.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}")
+    return dropped
+
+
+def drop_relay_slot(
+    connection: psycopg.Connection,
+    slot: str,
+    *,
+    seconds_left: Callable[[], float] = lambda: math.inf,
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+) -> bool:
     """Stack deletion: drop the slot (a slot nobody reads keeps WAL forever) and the publication."""
-    return drop_publication_and_slot(connection, slot)
+    return _drop_slot(connection, slot, _Bounds(seconds_left, lock_wait_seconds))

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from shop.adapters.postgres import replays
 from shop.adapters.postgres.outbox import OutboxRow
 from shop.adapters.postgres.pgoutput import (
     Begin,
@@ -36,9 +37,10 @@ from shop.adapters.postgres.pgoutput import (
 )
 
 PUBLICATION = "outbox_inserts"
-# A transactional logical decoding message with this prefix asks the relay to publish the outbox rows it
-# names (their positions, JSON) where the message sits in the log: replay, and the handover from the
-# polling publisher, go through the one reader of the slot, in commit order.
+# A transactional logical decoding message with this prefix names a replay set (shop.adapters.postgres.
+# replays: JSON {"replay": id}): the relay activates the set where the message sits in the log, once
+# everything committed before it is out, and drains it chunk by chunk. Messages of the earlier format
+# name the rows themselves (a JSON list of positions): the relay records them as a set of its own.
 REPLAY_PREFIX = "outbox.replay"
 OUTBOX_TABLE = ("public", "outbox")
 # The relay's advisory lock: one reader per slot (a slot serves one session at a time anyway; the lock
@@ -58,15 +60,17 @@ class DecodedTransaction:
     end_lsn: int  # confirm this and the transaction is never decoded again
     commit_time: datetime
     rows: list[OutboxRow] = field(default_factory=list)
-    replayed: list[int] = field(default_factory=list)  # positions a replay message named
+    replayed: list[int] = field(default_factory=list)  # positions a replay message of the old format named
+    replay_ids: list[int] = field(default_factory=list)  # replay sets whose messages it carries
 
 
 @dataclass(frozen=True, slots=True)
 class SlotChanges:
     transactions: list[DecodedTransaction]
     # Where the slot may move once every transaction above is handled: the end of the last one when the
-    # read stopped at its change limit, else the flush position the read went up to (transactions
-    # without outbox rows send nothing, yet their WAL must be released too).
+    # read stopped at its change limit, else the position the read went up to (the flush position, or the
+    # end of the window it was given; transactions without outbox rows send nothing, yet their WAL must
+    # be released too).
     read_to_lsn: int
 
 
@@ -120,25 +124,63 @@ def lock_slot(cursor: psycopg.Cursor[Any], slot: str) -> None:
     cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, slot))
 
 
+def lock_slot_for_session(cursor: psycopg.Cursor[Any], slot: str) -> None:
+    """Wait for the slot's advisory lock and keep it past this transaction, until unlock_slot_for_session
+    or the connection closes (a slot's recovery: several transactions, no relay round in between)."""
+    cursor.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, slot))
+
+
+def unlock_slot_for_session(cursor: psycopg.Cursor[Any], slot: str) -> None:
+    cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, slot))
+
+
 _PEEK = """
 SELECT lsn::text, data
 FROM pg_logical_slot_peek_binary_changes(
     %s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s, 'messages', 'true')
 """
-_ROWS_BY_POSITION = """
-SELECT position, event_id, aggregate_id, sequence, envelope::text, trace_header, created_at, attempts
-FROM outbox WHERE position = ANY(%s)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayState:
+    """What a relay round reads first, under the slot's lock, in one statement."""
+
+    mode: str  # outbox_relay.mode: the relay the outbox was last handed over to
+    flush_lsn: int
+    confirmed_lsn: int | None  # None: no such slot
+    sets_pending: bool  # some replay set still names a row
+
+
+_RELAY_STATE = """
+SELECT (SELECT mode FROM outbox_relay), pg_current_wal_flush_lsn()::text,
+       (SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s),
+       EXISTS (SELECT 1 FROM outbox_replay_rows)
 """
 
 
-def peek_changes(cursor: psycopg.Cursor[Any], slot: str, max_changes: int) -> SlotChanges:
-    """Decode the slot's next transactions, up to about `max_changes` rows (whole transactions), without
-    moving it. Raises DecodingError on bytes that are not pgoutput v1 (a server or protocol change)."""
-    upto = flush_lsn(cursor)
+def read_relay_state(cursor: psycopg.Cursor[Any], slot: str) -> RelayState:
+    """Read after the slot's lock is taken (a statement of its own: its snapshot then sees a switch that
+    committed while the lock was waited for)."""
+    cursor.execute(_RELAY_STATE, (slot,))
+    found = cursor.fetchone()
+    assert found is not None
+    mode, flush, confirmed, pending = found
+    return RelayState(
+        str(mode or "polling"), parse_lsn(flush), parse_lsn(confirmed) if confirmed else None, bool(pending)
+    )
+
+
+def peek_changes(
+    cursor: psycopg.Cursor[Any], slot: str, max_changes: int, *, upto_lsn: int | None = None
+) -> SlotChanges:
+    """Decode the slot's next transactions, up to about `max_changes` rows (whole transactions) and those
+    committed before `upto_lsn` (default: the flush position; a window bounds how much WAL one read
+    decodes), without moving it. Raises DecodingError on bytes that are not pgoutput v1 (a server or
+    protocol change)."""
+    upto = flush_lsn(cursor) if upto_lsn is None else upto_lsn
     cursor.execute(_PEEK, (slot, lsn_text(upto), max_changes, PUBLICATION))
     messages = cursor.fetchall()
     transactions = list(_transactions(bytes(data) for _, data in messages))
-    _fill_replayed_rows(cursor, transactions)
     if len(messages) >= max_changes and transactions:
         return SlotChanges(transactions, transactions[-1].end_lsn)  # stopped at the limit: more to come
     return SlotChanges(transactions, upto)
@@ -149,16 +191,21 @@ def _transactions(messages: Iterator[bytes]) -> Iterator[DecodedTransaction]:
     begin: Begin | None = None
     rows: list[OutboxRow] = []
     replayed: list[int] = []
+    replay_ids: list[int] = []
     for data in messages:
         message = decode_message(data)
         if isinstance(message, LogicalMessage):
             if message.prefix == REPLAY_PREFIX and message.transactional:
-                replayed.extend(_positions(message.content))
+                named = _replay_content(message.content)
+                if isinstance(named, list):
+                    replayed.extend(named)
+                else:
+                    replay_ids.append(named)
         elif isinstance(message, Relation):
             if (message.namespace, message.name) == OUTBOX_TABLE:
                 columns[message.relation_id] = message.columns
         elif isinstance(message, Begin):
-            begin, rows, replayed = message, [], []
+            begin, rows, replayed, replay_ids = message, [], [], []
         elif isinstance(message, Insert):
             if message.relation_id not in columns:
                 raise DecodingError(f"insert into relation {message.relation_id} before its Relation message")
@@ -166,38 +213,70 @@ def _transactions(messages: Iterator[bytes]) -> Iterator[DecodedTransaction]:
         elif isinstance(message, Commit):
             if begin is None:
                 raise DecodingError("commit without begin")
-            yield DecodedTransaction(message.end_lsn, message.commit_time, rows, replayed)
+            yield DecodedTransaction(message.end_lsn, message.commit_time, rows, replayed, replay_ids)
             begin = None
 
 
-def _positions(content: bytes) -> list[int]:
+def _replay_content(content: bytes) -> int | list[int]:
+    """A replay message's content: a set's id ({"replay": id}), or the old format's list of positions."""
     try:
-        positions = json.loads(content)
+        named = json.loads(content)
     except ValueError as exc:
         raise DecodingError(f"replay message is not JSON: {content[:100]!r}") from exc
-    if not isinstance(positions, list) or not all(isinstance(p, int) for p in positions):
-        raise DecodingError(f"replay message is not a list of positions: {content[:100]!r}")
-    return positions
+    if isinstance(named, dict) and isinstance(named.get("replay"), int):
+        return int(named["replay"])
+    if isinstance(named, list) and all(isinstance(p, int) for p in named):
+        return named
+    raise DecodingError(f"replay message names neither a set nor positions: {content[:100]!r}")
 
 
-def _fill_replayed_rows(cursor: psycopg.Cursor[Any], transactions: list[DecodedTransaction]) -> None:
-    """Read the rows replay messages name (one query for the round), in their transaction, by position;
-    a row deleted since (retention) is gone from the table and is not republished."""
-    wanted = [position for transaction in transactions for position in transaction.replayed]
-    if not wanted:
-        return
-    cursor.execute(_ROWS_BY_POSITION, (wanted,))
-    found = {record[0]: OutboxRow(*record) for record in cursor.fetchall()}
-    for transaction in transactions:
-        transaction.rows.extend(found[p] for p in sorted(transaction.replayed) if p in found)
-
-
-def emit_replay(cursor: psycopg.Cursor[Any], positions: list[int]) -> None:
-    """Ask the relay, in the caller's transaction, to publish these rows again once it commits."""
-    if positions:
+def emit_replay(cursor: psycopg.Cursor[Any], positions: list[int], kind: str = "replay") -> int | None:
+    """Ask the logical relay, in the caller's transaction, to publish these rows (again) once it commits:
+    a replay set naming them (shop.adapters.postgres.replays) and the message that activates it where it
+    sits in the log. The relay drains the set across rounds: the slot is past the message long before
+    every row is out; replays.progress() says when it is. Returns the set's id (None: no rows)."""
+    replay_id = replays.record_set(cursor, positions, kind)
+    if replay_id is not None:
         cursor.execute(
-            "SELECT pg_logical_emit_message(true, %s, %s)", (REPLAY_PREFIX, json.dumps(sorted(positions)))
+            "SELECT pg_logical_emit_message(true, %s, %s)", (REPLAY_PREFIX, json.dumps({"replay": replay_id}))
         )
+    return replay_id
+
+
+def stream_undelivered_positions(
+    cursor: psycopg.Cursor[Any],
+    slot: str,
+    *,
+    upto_lsn: int,
+    batch_rows: int,
+    before_fetch: Callable[[], None] = lambda: None,
+) -> Iterator[list[int]]:
+    """The positions of the outbox rows the slot still holds (inserts, and old-format replay messages), in
+    batches, read through a server-side cursor: the server decodes the slot once, and only `batch_rows`
+    messages at a time reach this process, however much the slot holds. Only positions are kept."""
+    columns: dict[int, tuple[str, ...]] = {}
+    with cursor.connection.cursor(name=f"undelivered_{slot}") as stream:
+        before_fetch()
+        stream.execute(_PEEK, (slot, lsn_text(upto_lsn), None, PUBLICATION))
+        while True:
+            before_fetch()
+            messages = stream.fetchmany(batch_rows)
+            if not messages:
+                return
+            positions: list[int] = []
+            for _, data in messages:
+                message = decode_message(bytes(data))
+                if isinstance(message, Relation) and (message.namespace, message.name) == OUTBOX_TABLE:
+                    columns[message.relation_id] = message.columns
+                elif isinstance(message, Insert) and message.relation_id in columns:
+                    values = dict(zip(columns[message.relation_id], message.values, strict=True))
+                    if values.get("position") is not None:
+                        positions.append(int(str(values["position"])))
+                elif isinstance(message, LogicalMessage) and message.prefix == REPLAY_PREFIX:
+                    named = _replay_content(message.content)
+                    if isinstance(named, list):
+                        positions.extend(named)
+            yield positions
 
 
 def confirmed_lsn(cursor: psycopg.Cursor[Any], slot: str) -> int:

@@ -8,33 +8,55 @@ runs at once apply each migration once. schema.sql is what the migrations add up
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
 from yoyo import get_backend, read_migrations
 
-from shop.adapters.postgres.connection import ConnectionSettings, sslmode
+from shop.adapters.postgres.connection import CONNECT_TIMEOUT_SECONDS, ConnectionSettings, sslmode
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+YOYO_LOCK_WAIT_SECONDS = 10.0  # yoyo's own lock: another run applying the migrations at once
 
 
-def migration_uri(settings: ConnectionSettings) -> str:
-    """yoyo's database URI for these settings (a Unix socket directory goes in the query string)."""
+def migration_uri(settings: ConnectionSettings, **options: str) -> str:
+    """yoyo's database URI for these settings (a Unix socket directory goes in the query string); `options`
+    are more connection parameters (yoyo hands the query string to the driver's connect)."""
     password = settings.password(False)
     credentials = quote(settings.user, safe="") + (f":{quote(password, safe='')}" if password else "")
+    extra = "".join(f"&{name}={quote(value, safe='')}" for name, value in options.items())
     if settings.host.startswith("/"):
-        return f"postgresql+psycopg://{credentials}@/{settings.dbname}?host={quote(settings.host)}&port={settings.port}"
+        return (
+            f"postgresql+psycopg://{credentials}@/{settings.dbname}?host={quote(settings.host)}"
+            f"&port={settings.port}{extra}"
+        )
     return (
         f"postgresql+psycopg://{credentials}@{settings.host}:{settings.port}/{settings.dbname}"
-        f"?sslmode={sslmode(settings.host)}"
+        f"?sslmode={sslmode(settings.host)}{extra}"
     )
 
 
-def apply_migrations(settings: ConnectionSettings) -> list[str]:
-    """Apply the migrations not applied yet, in order; returns their ids."""
-    backend = get_backend(migration_uri(settings))
+def apply_migrations(
+    settings: ConnectionSettings,
+    *,
+    seconds_left: Callable[[], float] = lambda: math.inf,
+    lock_wait_seconds: float = YOYO_LOCK_WAIT_SECONDS,
+) -> list[str]:
+    """Apply the migrations not applied yet, in order; returns their ids. With `seconds_left` (a deploy's
+    custom resource), every statement is bounded by the time left and every lock wait by
+    `lock_wait_seconds` (a migration waiting for a table's lock behind a long transaction fails, saying
+    so, instead of stopping the writers queued behind it for as long as that transaction runs)."""
+    left = seconds_left()
+    options = {"connect_timeout": str(CONNECT_TIMEOUT_SECONDS)}
+    if not math.isinf(left):
+        statement_ms = max(int(left * 1000), 1)
+        lock_ms = max(int(min(lock_wait_seconds, left) * 1000), 1)
+        options["options"] = f"-c statement_timeout={statement_ms} -c lock_timeout={lock_ms}"
+    backend = get_backend(migration_uri(settings, **options))
     migrations = read_migrations(str(MIGRATIONS))
-    with backend.lock():
+    with backend.lock(timeout=max(min(lock_wait_seconds, left), 0.1)):
         pending = backend.to_apply(migrations)
         backend.apply_migrations(pending)
     return [migration.id for migration in pending]
