@@ -118,3 +118,70 @@ def test_lsn_text_round_trips_as_postgresql_writes_it() -> None:
     assert lsn_text(0x1_0172C7F0) == "1/172C7F0"
     assert parse_lsn("1/172C7F0") == 0x1_0172C7F0
     assert parse_lsn(lsn_text(0)) == 0
+
+
+# --- integer widths ---------------------------------------------------------------------------------------
+# Every field below holds a value that only its own width, read unsigned where PostgreSQL sends an unsigned
+# quantity (LSNs are XLogRecPtr, xids TransactionId, relation ids Oid, lengths and counts never negative;
+# proto.c writes each with pq_sendint64/32/16 and reads it back with pq_getmsgint64 or pq_getmsgint), can
+# carry: a decoder that reads a field narrower, signed, or from the wrong half gives another number.
+LSN_ABOVE_2_32 = 0x0000_16A3_8F00_2C48  # 16A3/8F002C48: a server that has written 90 TB of WAL
+END_LSN_ABOVE_2_32 = 0x0000_16A3_8F00_2D10
+XID_ABOVE_2_31 = 3_000_000_123  # past 2^31: half the 32-bit xid space consumed, as on any busy cluster
+OID_ABOVE_2_31 = 2_147_500_000  # OIDs wrap around 2^32; tables created late in a cluster's life get these
+MANY_COLUMNS = 300  # past 255: the count is an Int16
+LONG_VALUE = b"x" * 70_000  # past 65535 bytes: the length is an Int32
+
+
+def test_begin_reads_an_lsn_above_two_to_the_32_whole() -> None:
+    message = b"B" + struct.pack("!QqI", LSN_ABOVE_2_32, COMMIT_MICROS, 70_000)
+    decoded = decode_message(message)
+    assert decoded == Begin(LSN_ABOVE_2_32, COMMIT_TIME, 70_000)
+    assert lsn_text(decoded.final_lsn) == "16A3/8F002C48"
+
+
+def test_begin_reads_an_xid_above_two_to_the_31_unsigned() -> None:
+    message = b"B" + struct.pack("!QqI", LSN_ABOVE_2_32, COMMIT_MICROS, XID_ABOVE_2_31)
+    decoded = decode_message(message)
+    assert isinstance(decoded, Begin)
+    assert decoded.xid == XID_ABOVE_2_31
+
+
+def test_commit_reads_both_lsns_above_two_to_the_32_whole() -> None:
+    message = b"C" + struct.pack("!BQQq", 0, LSN_ABOVE_2_32, END_LSN_ABOVE_2_32, COMMIT_MICROS)
+    assert decode_message(message) == Commit(LSN_ABOVE_2_32, END_LSN_ABOVE_2_32, COMMIT_TIME)
+
+
+def test_a_logical_decoding_message_reads_its_lsn_above_two_to_the_32_and_a_long_content() -> None:
+    content = b"[" + b"1," * 40_000 + b"2]"  # a replay naming 40,001 positions: longer than 65535 bytes
+    message = (
+        b"M"
+        + struct.pack("!BQ", 1, LSN_ABOVE_2_32)
+        + string("outbox.replay")
+        + struct.pack("!I", len(content))
+        + content
+    )
+    assert decode_message(message) == LogicalMessage(True, LSN_ABOVE_2_32, "outbox.replay", content)
+
+
+def test_a_relation_reads_an_oid_above_two_to_the_31_and_more_than_255_columns() -> None:
+    names = [f"c{n}" for n in range(MANY_COLUMNS)]
+    message = b"R" + struct.pack("!I", OID_ABOVE_2_31) + string("public") + string("outbox")
+    message += struct.pack("!BH", ord("d"), MANY_COLUMNS)
+    for index, name in enumerate(names):
+        # Int8 flags, String name, Int32 type OID (text, 25), Int32 type modifier (-1: none, signed)
+        message += struct.pack("!B", 1 if index == 0 else 0) + string(name) + struct.pack("!Ii", 25, -1)
+
+    assert decode_message(message) == Relation(OID_ABOVE_2_31, "public", "outbox", tuple(names))
+
+
+def test_an_insert_reads_an_oid_above_two_to_the_31_more_than_255_values_and_a_long_one() -> None:
+    """The insert's relation id must equal its Relation's, or the relay reads no row of the outbox."""
+    values: list[bytes | None] = [*(str(n).encode() for n in range(MANY_COLUMNS - 2)), LONG_VALUE, None]
+    message = b"I" + struct.pack("!I", OID_ABOVE_2_31) + b"N" + struct.pack("!H", len(values))
+    for value in values:
+        message += b"n" if value is None else b"t" + struct.pack("!I", len(value)) + value
+
+    decoded = decode_message(message)
+
+    assert decoded == Insert(OID_ABOVE_2_31, tuple(None if v is None else v.decode() for v in values))

@@ -125,7 +125,7 @@ def decode_message(data: bytes) -> Message:
         raise DecodingError("empty message")
     kind, reader = data[0], _Reader(data[1:])
     if kind == ord("B"):
-        final_lsn, commit_us, xid = reader.unpack("!qqi")
+        final_lsn, commit_us, xid = reader.unpack("!qqI")  # the xid is a TransactionId: unsigned
         message: Message = Begin(final_lsn, POSTGRES_EPOCH + timedelta(microseconds=commit_us), xid)
     elif kind == ord("C"):
         reader.int8()  # flags, currently unused
