@@ -100,8 +100,10 @@ build: $(STAMP) ## sam build (no Docker)
 # Chromium from the OS packages (Debian: the chromium package; Playwright's own browser download needs the
 # internet). Installed when this runs as root with apt-get (CI's fresh machine); elsewhere it says how, and
 # the browser tests are skipped with that reason printed. A failed apt-get install is a note, not a failure:
-# the rest of make test still runs (the browser tests then skip and say why).
-browser: ## headless Chromium for the inspector's browser tests and make docs (apt-get install chromium, as root)
+# the rest of make test still runs (the browser tests then skip and say why). Except in CI (CI=true, as CI
+# services set it): there, no Chromium after the attempt to install it fails, as the browser tests would
+# (tools/local/inspector/browser.py, browser_tests_gate): a CI run never passes with them skipped.
+browser: ## headless Chromium for the inspector's browser tests and make docs (apt-get install chromium, as root); CI=true: required
 	@if [ -x "$(CHROMIUM)" ]; then echo "browser: $$("$(CHROMIUM)" --version 2>/dev/null || echo "$(CHROMIUM)")"; \
 	elif [ "$(CHROMIUM)" = /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	  echo "installing chromium from the OS packages (apt-get)"; \
@@ -112,6 +114,12 @@ browser: ## headless Chromium for the inspector's browser tests and make docs (a
 	  echo "note: no Chromium at $(CHROMIUM), and it cannot be installed here (needs apt-get as root): the"; \
 	  echo "  browser tests will be skipped; install it (Debian: apt-get install chromium) or set CHROMIUM=<path>"; \
 	fi
+	@case "$$(printf '%s' "$${CI:-}" | tr '[:upper:]' '[:lower:]')" in true|1|yes) \
+	  if [ ! -x "$(CHROMIUM)" ]; then \
+	    echo "error: CI=$${CI:-} and no Chromium at $(CHROMIUM), even after trying to install it: in CI the inspector's"; \
+	    echo "  browser tests must run (install chromium on the CI machine, or set CHROMIUM=<path>)"; exit 1; \
+	  fi;; \
+	esac
 
 test-unit: $(STAMP) $(IAM_STAMP) ## unit tests (moto, no network), the product's and the tools'
 	$(PYTEST) tests/unit $(TOOL_TESTS)

@@ -8,6 +8,9 @@ there is no Chromium (CHROMIUM=<path> points elsewhere than /usr/bin/chromium).
   `python -m operations redrive-poison`, which republishes it, and shows the command's report, including
   the message it had to keep. A redrive with nothing to redrive says so.
 - An unknown order id gets a clear message.
+
+With CI=true a missing Chromium fails the run instead (the first test here, saying why): a CI run that
+skipped these tests would pass a page nobody opened.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from shop.domain.envelope import CloudEvent, format_time, now
 from shop.domain.orders import EVENT_SOURCE, ORDER_CONFIRMED
 from tests.local_stacks import start_stack, stop_stack
 from tools.chaos import refusals
-from tools.local.inspector.browser import headless_chromium, missing_chromium
+from tools.local.inspector.browser import browser_tests_gate, headless_chromium
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
 from tools.template import Template
@@ -34,7 +37,9 @@ from tools.template import Template
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Locator, Page
 
-pytestmark = pytest.mark.skipif(missing_chromium() is not None, reason=f"browser tests: {missing_chromium()}")
+# ("run", None), ("skip", why) where there is no Chromium, ("fail", why) where there is none and CI is set.
+GATE, WHY = browser_tests_gate()
+pytestmark = pytest.mark.skipif(GATE == "skip", reason=str(WHY))
 
 SAGA_MS = 20_000  # a bound on waiting, not a speed target
 COMMAND_MS = 60_000  # a redrive runs `python -m operations` in a process of its own
@@ -51,8 +56,16 @@ SAGA = [
 ]
 
 
+def test_ci_has_the_chromium_the_browser_tests_need() -> None:
+    """Passes where Chromium is; fails with CI set and no Chromium (elsewhere the module is skipped)."""
+    if GATE == "fail":
+        pytest.fail(str(WHY), pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[BrowserContext]:
+    if GATE == "fail":  # CI without Chromium: the test above fails for all of them, once
+        pytest.skip("no Chromium, and CI is set: test_ci_has_the_chromium_the_browser_tests_need says why")
     with headless_chromium() as context:
         yield context
 

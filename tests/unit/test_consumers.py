@@ -15,6 +15,8 @@ import pytest
 
 from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.postgres.connection import ConnectionSettings, Database
+from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.envelope import CloudEvent
 from shop.domain.inventory import InventoryService
 from shop.domain.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
@@ -23,6 +25,7 @@ from shop.runtime.config import Settings
 from tests.support import LambdaContext, load_event
 from tests.support.clients import intercept_transactions
 from tests.support.output import logged_with, metric_values
+from tests.support.postgres import connect
 from tools.template import Template
 
 INVENTORY = "InventoryFunction"
@@ -543,3 +546,159 @@ def test_an_in_progress_record_expires_at_the_deadline_of_the_invocation_that_wr
     assert record["status"]["S"] == "INPROGRESS"
     deadline = int(record["in_progress_expiration"]["N"]) / 1000
     assert started + timeout - 1 <= deadline <= ended + timeout
+
+
+# --- which trace a consumer's writes continue ------------------------------------------------------------
+# The message's AWSTraceHeader (EventBridge hands it the PutEvents TraceHeader) and the invocation's own
+# trace (Lambda's _X_AMZN_TRACE_ID for the SQS-triggered invocation): two different traces.
+MESSAGE_TRACE = "Root=1-6740a1b0-00000000000000000000000c;Parent=000000000000000c;Sampled=1"
+INVOCATION_TRACE = "Root=1-6740a1b1-00000000000000000000000d;Parent=000000000000000d;Sampled=1"
+
+
+def with_trace_header(event: dict[str, Any], header: str | None) -> dict[str, Any]:
+    for record in event["Records"]:
+        if header is not None:
+            record["attributes"]["AWSTraceHeader"] = header
+    return event
+
+
+@pytest.mark.parametrize("message_trace", [MESSAGE_TRACE, None], ids=["traced-message", "untraced-message"])
+def test_a_consumers_writes_continue_the_consumed_messages_trace_not_the_invocations(
+    invoke, pending_order, inventory, template, monkeypatch, message_trace
+):
+    """One saga, one trace (shop.runtime.trace_context): the event a consumer writes carries the trace of
+    the message that caused it, so the relay's PutEvents continues the saga's trace; the invocation's own
+    trace (X-Ray links it to the message's) only when the message carries none."""
+    from shop.domain.tracing import from_xray_header
+
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", INVOCATION_TRACE)
+    created = with_trace_header(load_event("sqs_inventory_order_created.json"), message_trace)
+    reserved = with_trace_header(load_event("sqs_order_status_inventory_reserved.json"), message_trace)
+
+    assert failures(invoke(INVENTORY, created)) == []
+    assert failures(invoke(ORDER_STATUS, reserved)) == []
+
+    expected = from_xray_header(message_trace or INVOCATION_TRACE)
+    assert expected is not None
+    written = {
+        e["type"]: e.get("traceparent")
+        for table in ("InventoryTable", "OrdersTable")
+        for e in outbox(template, table)
+        if e["type"] in {"InventoryReserved", "OrderConfirmed"}
+    }
+    assert written == {"InventoryReserved": expected.traceparent, "OrderConfirmed": expected.traceparent}
+
+
+# --- the PostgreSQL order store's inbox: recorded with the transition, or not at all ----------------------
+@pytest.fixture
+def postgres_orders(
+    settings: Settings, order_database: ConnectionSettings, database: Database
+) -> tuple[dict[str, str], OrderService]:
+    """The order-status consumer's environment for OrderStore=postgres, and the order service on the same
+    (emptied) database with ORDER_ID placed, PENDING."""
+    environment = {
+        "ORDER_STORE": "postgres",
+        "DATABASE_HOST": order_database.host,
+        "DATABASE_PORT": str(order_database.port),
+        "DATABASE_NAME": order_database.dbname,
+        "DATABASE_USER": order_database.user,
+    }
+    service = OrderService(PostgresOrderRepository(database, settings), settings, new_id=lambda: ORDER_ID)
+    command = PlaceOrder("c-1001", "USD", (OrderLine("SKU-RED-MUG", 2, 1250),))
+    service.place_order(command, idempotency_key=None, correlation_id="corr-demo-0001")
+    return environment, service
+
+
+def order_database_rows(settings: ConnectionSettings) -> dict[str, list[tuple[Any, ...]]]:
+    """The order's status, its outbox rows and the inbox, as committed."""
+    with connect(settings) as connection:
+        return {
+            "status": connection.execute("SELECT status, version FROM orders").fetchall(),
+            "outbox": connection.execute("SELECT event_type FROM outbox ORDER BY sequence").fetchall(),
+            "inbox": connection.execute("SELECT consumer, event_id FROM inbox").fetchall(),
+        }
+
+
+def test_a_transition_that_fails_after_its_inbox_row_leaves_neither_and_the_redelivery_applies_it(
+    invoke, postgres_orders, order_database, monkeypatch
+):
+    """The inbox row, the status change and the outbox row are one transaction: the last statement
+    failing (the outbox insert, past its statement timeout) leaves none of them, so the message fails
+    and its redelivery applies the transition, once. An inbox row kept alone would refuse that
+    redelivery (its cause "applied already"), a status change kept alone would lose OrderConfirmed."""
+    import psycopg
+
+    environment, _ = postgres_orders
+    event = load_event("sqs_order_status_inventory_reserved.json")
+    cause = json.loads(event["Records"][0]["body"])["detail"]["id"]
+    with monkeypatch.context() as patch:
+
+        def timed_out(*args: Any, **kwargs: Any) -> None:
+            raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+
+        patch.setattr("shop.adapters.postgres.order_repository.insert_outbox_row", timed_out)
+        assert failures(invoke(ORDER_STATUS, event, env=environment)) == [event["Records"][0]["messageId"]]
+
+    assert order_database_rows(order_database) == {
+        "status": [("PENDING", 1)],
+        "outbox": [("OrderCreated",)],
+        "inbox": [],
+    }
+    assert failures(invoke(ORDER_STATUS, event, env=environment)) == []
+
+    assert order_database_rows(order_database) == {
+        "status": [("CONFIRMED", 2)],
+        "outbox": [("OrderCreated",), ("OrderConfirmed",)],
+        "inbox": [("order-status", cause)],
+    }
+
+
+def test_on_postgres_the_order_status_consumers_write_continues_the_consumed_messages_trace(
+    invoke, postgres_orders, order_database, monkeypatch
+):
+    """OrderStore=postgres: the outbox row keeps the message's trace header beside the envelope, which
+    carries its traceparent; the polling publisher or the logical relay hands it to PutEvents."""
+    from shop.domain.tracing import from_xray_header
+
+    environment, _ = postgres_orders
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", INVOCATION_TRACE)
+    event = with_trace_header(load_event("sqs_order_status_inventory_reserved.json"), MESSAGE_TRACE)
+
+    assert failures(invoke(ORDER_STATUS, event, env=environment)) == []
+
+    with connect(order_database) as connection:
+        found = connection.execute(
+            "SELECT trace_header, envelope->>'traceparent' FROM outbox WHERE event_type = 'OrderConfirmed'"
+        ).fetchall()
+    expected = from_xray_header(MESSAGE_TRACE)
+    assert expected is not None
+    assert found == [(MESSAGE_TRACE, expected.traceparent)]
+
+
+def test_a_transition_refused_at_its_version_leaves_no_inbox_row(
+    invoke, postgres_orders, order_database, monkeypatch
+):
+    """The order changes between the consumer's read and its write (a cancel): the version condition
+    refuses the transition, and the inbox row written before it in the same transaction goes with it.
+    The consumer reads the order again, finds it cancelled and leaves it: nothing is recorded as applied."""
+    environment, service = postgres_orders
+    event = load_event("sqs_order_status_inventory_reserved.json")
+    real_save = PostgresOrderRepository.save_transition
+    writes: list[str] = []
+
+    def cancel_first(self: PostgresOrderRepository, order: Order, expected_version: int, event: CloudEvent):
+        writes.append(event.type)
+        if writes == ["OrderConfirmed"]:  # the customer's cancel commits between the read and the write
+            service.cancel_order(ORDER_ID, correlation_id="corr-demo-0002")
+        real_save(self, order, expected_version, event)
+
+    monkeypatch.setattr(PostgresOrderRepository, "save_transition", cancel_first)
+
+    assert failures(invoke(ORDER_STATUS, event, env=environment)) == []
+
+    assert writes == ["OrderConfirmed", "OrderCancelled"]  # the consumer's one write, refused
+    assert order_database_rows(order_database) == {
+        "status": [("CANCELLED", 2)],
+        "outbox": [("OrderCreated",), ("OrderCancelled",)],
+        "inbox": [],
+    }

@@ -3,6 +3,8 @@ X-Ray developer guide ("Tracing header", W3C trace ids) and W3C Trace Context de
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shop.domain.tracing import TraceContext, from_traceparent, from_xray_header
@@ -102,3 +104,58 @@ def test_the_relay_gets_the_x_ray_header_back_from_the_envelope_when_none_is_sto
     )  # stored wins
     untraced = CloudEvent.new(source="s", type="T", subject="o", sequence=1, data={}, correlation_id="c")
     assert outbox_entry(untraced.to_json(), 262_144).trace_header is None
+
+
+# --- the sampled flag -------------------------------------------------------------------------------------
+TRACE_ID, PARENT_ID = "5759e988bd862e3fe1be46a994272793", "53995c3f42cd8ad8"
+
+
+@pytest.mark.parametrize(
+    ("flags", "sampled"),
+    [("00", False), ("01", True), ("02", False), ("03", True), ("fe", False), ("ff", True)],
+)
+def test_sampled_is_the_low_bit_of_the_traceparent_flags_and_nothing_else(flags: str, sampled: bool) -> None:
+    """W3C Trace Context, trace-flags: 8 bits, of which only the lowest (0x01, sampled) is defined; the
+    others must be ignored, not read as a decision. A sampling decision is written back as 01 or 00."""
+    context = from_traceparent(f"00-{TRACE_ID}-{PARENT_ID}-{flags}")
+
+    assert context == TraceContext(TRACE_ID, PARENT_ID, sampled=sampled)
+    assert context.traceparent.endswith("-01" if sampled else "-00")
+    assert context.xray_header.endswith(f";Sampled={1 if sampled else 0}")
+
+
+@pytest.mark.parametrize(
+    ("field", "sampled"),
+    [("Sampled=1", True), ("Sampled=0", False), ("Sampled=?", False), ("", False)],
+    ids=["sampled", "not-sampled", "deferred", "absent"],
+)
+def test_only_an_xray_header_that_says_sampled_1_is_sampled(field: str, sampled: bool) -> None:
+    """X-Ray's header (developer guide, "Tracing header"): Sampled=1 records the trace, Sampled=0 does
+    not, Sampled=? leaves the decision downstream, and a header may carry no decision at all: a trace
+    a service was not asked to record must not become one that is."""
+    header = f"Root=1-5759e988-bd862e3fe1be46a994272793;Parent={PARENT_ID}" + (f";{field}" if field else "")
+
+    context = from_xray_header(header)
+
+    assert context is not None
+    assert context.sampled is sampled
+    assert context.traceparent.endswith("-01" if sampled else "-00")
+
+
+def test_an_unsampled_saga_stays_unsampled_through_the_envelope_and_back_to_x_ray() -> None:
+    """The relay rebuilds PutEvents' TraceHeader from the envelope's traceparent when no header is stored
+    beside it: a saga X-Ray did not sample is handed on as not sampled (the sampled case is above)."""
+    from shop.domain.envelope import CloudEvent
+    from shop.domain.outbox import outbox_entry
+
+    unsampled = HEADER.replace("Sampled=1", "Sampled=0")
+    envelope = (
+        CloudEvent.new(
+            source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+        )
+        .traced(unsampled)
+        .to_json()
+    )
+
+    assert json.loads(envelope)["traceparent"] == "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-00"
+    assert outbox_entry(envelope, 262_144).trace_header == unsampled
