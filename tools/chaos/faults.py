@@ -473,8 +473,8 @@ class Injector:
         injector = self
 
         @functools.wraps(real_peek)
-        def peek_changes(cursor: Any, slot: str, max_changes: int) -> Any:
-            changes = real_peek(cursor, slot, max_changes)
+        def peek_changes(cursor: Any, slot: str, max_changes: int, **options: Any) -> Any:
+            changes = real_peek(cursor, slot, max_changes, **options)  # options: the read's window
             injector._slot_read = list(changes.transactions)
             return changes
 

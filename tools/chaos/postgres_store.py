@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from shop.adapters import keys
-from shop.adapters.postgres import replication
+from shop.adapters.postgres import replays, replication
 from tools.chaos import poison
 from tools.chaos.check import ORDERS_SIDE, OutboxRecord, Snapshot, envelope_of, postgres_row_key
 from tools.chaos.ledger import Ledger
@@ -135,9 +135,12 @@ class PostgresOrderStore:
             cursor.execute(f"SET LOCAL lock_timeout = {SLOT_LOCK_WAIT_MS}")
             replication.lock_slot(cursor, self.slot)
             changes = replication.peek_changes(cursor, self.slot, SLOT_PEEK_CHANGES)
-        return [row.position for t in changes.transactions for row in t.rows] + [
-            position for t in changes.transactions for position in t.replayed
-        ]
+            in_sets = replays.pending_positions(cursor)  # what the replay sets still name is pending too
+        return (
+            [row.position for t in changes.transactions for row in t.rows]
+            + [position for t in changes.transactions for position in t.replayed]
+            + in_sets
+        )
 
     def _read(self, connection: psycopg.Connection, snapshot: Snapshot) -> None:
         lines: dict[str, list[dict[str, Any]]] = {}
