@@ -444,3 +444,40 @@ def test_a_deploy_that_finds_the_logical_relay_with_its_slot_lost_does_not_creat
     assert "missing" in outcome
     assert "recover-slot" in outcome
     assert mode_and_slot(settings) == ("logical", False)
+
+
+@pytest.mark.parametrize("loss", ["dropped", "dropped-then-recreated-without-recovery"])
+def test_a_switch_to_polling_while_the_slot_is_lost_changes_nothing_and_sends_the_operator_to_recover_it(
+    settings: ConnectionSettings, database: Database, loss: str
+):
+    """Under the logical relay no row is marked published: only the slot knew which ones it had delivered.
+    Handed back to polling with the slot lost, the rows it had not delivered would be marked published,
+    and never sent."""
+    switch(settings, "logical")
+    place_orders(database, 2)  # committed into the slot, not delivered
+    with connect(settings) as connection:
+        connection.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))  # lost (a writer replaced)
+        if loss == "dropped-then-recreated-without-recovery":
+            connection.execute(
+                "INSERT INTO outbox_slot (slot_name, recovery_since, recovery_started_at)"
+                " VALUES (%s, clock_timestamp() - interval '1 hour', clock_timestamp())"
+                " ON CONFLICT (slot_name) DO UPDATE SET recovery_since = excluded.recovery_since,"
+                " recovery_handed_over_at = NULL",
+                (SLOT,),
+            )
+            connection.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
+        pending_before = connection.execute(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+        ).fetchone()
+
+    with pytest.raises(relay_mode.SlotLostBeforeSwitch, match="recover-slot"):
+        switch(settings, "polling")
+
+    with connect(settings) as connection:
+        pending_after = connection.execute(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+        ).fetchone()
+    assert pending_after == pending_before
+    assert pending_before is not None
+    assert pending_before[0] >= 2
+    assert mode_and_slot(settings)[0] == "logical"

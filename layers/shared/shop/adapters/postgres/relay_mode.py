@@ -21,7 +21,8 @@ while the round waited for the table). The slot's lock comes first, as in a rela
   decoded before is needed, and a row committed between the slot's creation and the lock goes out
   once, through the set, in its order's sequence; what commits after the switch follows the set's rows
   of its order (the relay holds a slot row back until its order's rows pending in a set are out);
-- to polling: every row the slot has delivered is marked published; what it still holds (streamed
+- to polling: refused while the slot is lost (its recovery alone knows the gap it had not delivered);
+  else every row the slot has delivered is marked published; what it still holds (streamed
   through a server-side cursor, a batch at a time, however much it holds) and what the replay sets
   still name stays or becomes pending; the sets are dropped; then the slot is dropped, under its lock,
   so it stops holding WAL.
@@ -50,6 +51,7 @@ from shop.adapters.postgres.replication import (
     slot_exists,
     stream_undelivered_positions,
 )
+from shop.adapters.postgres.slot_recovery import RUNBOOK, read_slot_state
 
 LOCK_WAIT_SECONDS = 10.0  # for the slot's lock and the outbox's: writers queue behind a waiting switch
 BATCH_ROWS = 1_000  # slot messages read at a time when the slot is handed back
@@ -58,6 +60,10 @@ MIN_STEP_SECONDS = 1.0  # a step does not start with less time than this left
 
 class LogicalDecodingOff(RuntimeError):
     """The server cannot decode its log (wal_level is not logical): nothing was changed."""
+
+
+class SlotLostBeforeSwitch(RuntimeError):
+    """A switch to polling found the logical relay's slot lost: nothing was changed."""
 
 
 class SwitchOutOfTime(RuntimeError):
@@ -126,6 +132,14 @@ def switch_relay(
             if current_mode(cursor) != mode:  # read again under the locks: a switch running at once
                 if mode == "logical":
                     outcome = _to_logical(cursor, slot)
+                elif (state := read_slot_state(cursor, slot)).needs_recovery:
+                    # Which committed rows the lost slot had not delivered is known only to the slot's
+                    # recovery: handed back now, that gap would be marked published, and lost.
+                    raise SlotLostBeforeSwitch(
+                        f"slot {slot} is {state.describe()}: switching to polling now would mark the "
+                        "events it had not delivered published. Nothing was changed. Recover the slot "
+                        f"first (`python -m operations recover-slot`, {RUNBOOK}), then deploy again"
+                    )
                 else:
                     outcome = _to_polling(cursor, slot, bounds, batch_rows)
                 cursor.execute("UPDATE outbox_relay SET mode = %s, changed_at = clock_timestamp()", (mode,))
