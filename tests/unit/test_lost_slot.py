@@ -480,7 +480,8 @@ def test_a_recovery_stopped_half_way_is_reported_as_such_keeps_the_alarm_on_and_
     assert "created slot" in " ".join(stopped.done)
     assert not stopped.complete
     assert maintain_order_store(database, SETTINGS, lambda: 60.0).slot_lost is True  # not handed over
-    drain(database)  # the relay reads the new slot meanwhile: the gap is not in it
+    with pytest.raises(ReplicationSlotLost, match="recovery unfinished"):
+        drain(database)  # the new slot holds what commits after it, not the gap: not read yet
     assert recording_bus.accepted == []
 
     again = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
@@ -489,6 +490,34 @@ def test_a_recovery_stopped_half_way_is_reported_as_such_keeps_the_alarm_on_and_
     assert again.failed is None
     assert "exists already" in " ".join(again.done)
     assert sorted(o for o, _, _ in recording_bus.accepted) == sorted(orders)
+
+
+def test_an_event_committed_after_a_recovery_stopped_half_way_waits_for_its_orders_earlier_event_in_the_gap(
+    order_database: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    slot: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The recreated slot decodes sequence 2, committed after it; sequence 1 is in the gap, which only the
+    recovery's hand-over names. Read before it, the slot would put 2 on the bus before 1."""
+    [order] = place_orders(database, 1)  # sequence 1: in the lost slot, not delivered
+    drop_slot(order_database)
+
+    def database_gone(*args: Any, **kwargs: Any) -> Any:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(order_store_slot_recovery, "hand_over_gap", database_gone)
+        assert recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT).failed is not None
+    advance(database, [order])  # sequence 2: in the new slot
+    with pytest.raises(ReplicationSlotLost):
+        relay_round(database)  # a relay invocation meanwhile
+
+    assert recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT).failed is None
+    drain(database)
+
+    assert recording_bus.sequences_by_order() == {order: [1, 2]}
 
 
 def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_the_replay_that_sends_them(

@@ -57,7 +57,7 @@ from shop.adapters.postgres.replication import (
     read_relay_state,
     try_lock_slot,
 )
-from shop.adapters.postgres.slot_recovery import lost_slot_detected
+from shop.adapters.postgres.slot_recovery import ReplicationSlotLost, lost_slot_detected, read_slot_state
 from shop.domain.errors import ServiceBusy
 from shop.domain.poison import PoisonSink
 from shop.domain.publishing import OutboxPublisher
@@ -207,6 +207,10 @@ def relay_slot_round(
             state = read_relay_state(cursor, slot)
             if state.mode != "logical":
                 raise RelayModeMismatch("logical", state.mode)
+            if state.recovery_unfinished:
+                # The recreated slot holds what committed after it, not the gap before: read now, an
+                # order's later event would reach the bus before its earlier one in the gap.
+                raise ReplicationSlotLost(read_slot_state(cursor, slot))
             upto = state.flush_lsn
             if state.confirmed_lsn is not None:  # else the read below says what became of the slot
                 upto = min(upto, state.confirmed_lsn + window)

@@ -149,24 +149,31 @@ class RelayState:
     flush_lsn: int
     confirmed_lsn: int | None  # None: no such slot
     sets_pending: bool  # some replay set still names a row
+    recovery_unfinished: bool  # a slot recovery recorded, its gap not handed over yet (slot_recovery)
 
 
 _RELAY_STATE = """
 SELECT (SELECT mode FROM outbox_relay), pg_current_wal_flush_lsn()::text,
        (SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s),
-       EXISTS (SELECT 1 FROM outbox_replay_rows)
+       EXISTS (SELECT 1 FROM outbox_replay_rows),
+       EXISTS (SELECT 1 FROM outbox_slot WHERE slot_name = %s
+               AND recovery_since IS NOT NULL AND recovery_handed_over_at IS NULL)
 """
 
 
 def read_relay_state(cursor: psycopg.Cursor[Any], slot: str) -> RelayState:
     """Read after the slot's lock is taken (a statement of its own: its snapshot then sees a switch that
     committed while the lock was waited for)."""
-    cursor.execute(_RELAY_STATE, (slot,))
+    cursor.execute(_RELAY_STATE, (slot, slot))
     found = cursor.fetchone()
     assert found is not None
-    mode, flush, confirmed, pending = found
+    mode, flush, confirmed, pending, recovering = found
     return RelayState(
-        str(mode or "polling"), parse_lsn(flush), parse_lsn(confirmed) if confirmed else None, bool(pending)
+        str(mode or "polling"),
+        parse_lsn(flush),
+        parse_lsn(confirmed) if confirmed else None,
+        bool(pending),
+        bool(recovering),
     )
 
 
