@@ -239,3 +239,46 @@ def test_retention_takes_published_rows_just_past_the_window_and_never_a_pending
     assert report.health.pending == 2
     assert report.health.oldest_pending_seconds is not None
     assert report.health.oldest_pending_seconds >= 400 * 86_400
+
+
+def test_rows_a_replay_set_still_names_age_the_logical_relays_oldest_pending_from_the_sets_activation(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """A replay or a handover drains across rounds, out of the slot: its rows are pending all the same, and
+    a set that stops draining must raise OutboxOldestPendingAge, not show a relay caught up."""
+    from shop.adapters.postgres import replication
+    from shop.runtime.logical_relay import relay_slot_round
+    from tests.support.publishing import ListSink, publisher
+
+    settings = Settings.from_env({"POSTGRES_RELAY": "logical", "DATABASE_NAME": "mnt"})
+    slot = replication.slot_name(settings.database_name)
+    use_logical_relay(order_database, slot)
+    try:
+        place(database, 2)
+        while relay_slot_round(
+            database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
+        ).claimed:
+            pass
+        with connect(order_database) as connection:
+            for activated, finished in (("10 minutes", None), ("1 hour", "1 minute")):
+                found = connection.execute(
+                    "INSERT INTO outbox_replay (kind, activated_at, finished_at)"
+                    " VALUES ('replay', clock_timestamp() - %s::interval,"
+                    "         clock_timestamp() - %s::interval) RETURNING replay_id",
+                    (activated, finished),
+                ).fetchone()
+                assert found is not None
+                if finished is None:  # the finished set names no row any more
+                    connection.execute(
+                        "INSERT INTO outbox_replay_rows (replay_id, position)"
+                        " SELECT %s, position FROM outbox",
+                        (found[0],),
+                    )
+
+        draining = maintain_order_store(database, settings, lambda: 60.0)
+
+        assert draining.health is not None
+        assert draining.health.oldest_pending_seconds is not None
+        assert 600 <= draining.health.oldest_pending_seconds < 900  # the unfinished set, not the finished one
+    finally:
+        use_polling_relay(order_database, slot)

@@ -48,6 +48,13 @@ _PENDING = """
 SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)
 FROM outbox WHERE published_at IS NULL AND parked_at IS NULL
 """
+# Rows a replay set names wait since the relay read its message (activated_at), whatever their own age.
+_OLDEST_SET_WAIT = """
+SELECT extract(epoch FROM clock_timestamp() - min(s.activated_at))::float8
+FROM outbox_replay AS s
+WHERE s.activated_at IS NOT NULL AND s.finished_at IS NULL
+  AND EXISTS (SELECT 1 FROM outbox_replay_rows AS r WHERE r.replay_id = s.replay_id)
+"""
 _SIZE = """
 SELECT (SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL AND discarded_at IS NULL),
        (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox'::regclass)
@@ -105,6 +112,11 @@ def outbox_health(cursor: psycopg.Cursor[Any]) -> OutboxHealth:
 def logical_outbox_health(
     cursor: psycopg.Cursor[Any], oldest_undelivered_seconds: float | None
 ) -> OutboxHealth:
-    """The logical relay's outbox: what it has not sent is in its slot, whose age the caller read."""
+    """The logical relay's outbox: what it has not sent is in its slot, whose age the caller read, and in
+    its replay sets (a replay, a handover, a recovered gap: drained across rounds)."""
     parked, rows = _one_row(cursor, _SIZE)
-    return OutboxHealth(None, oldest_undelivered_seconds, int(parked), int(rows))
+    (set_wait,) = _one_row(cursor, _OLDEST_SET_WAIT)
+    oldest = oldest_undelivered_seconds
+    if oldest is not None and set_wait is not None:
+        oldest = max(oldest, float(set_wait))
+    return OutboxHealth(None, oldest, int(parked), int(rows))
