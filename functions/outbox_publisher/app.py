@@ -5,7 +5,10 @@ overlapping share the work without reordering an order's events (claims are per 
 LOCKED). PostgresRelay=logical reads the outbox's inserts from the write-ahead log through a replication
 slot (shop.runtime.logical_relay): one invocation at a time holds the slot, the next waits its turn; a
 lost slot stops each invocation at its first round, with one error line naming the slot, its state and
-the runbook entry.
+the runbook entry. An invocation of the configuration a relay switch left behind (its environment still
+running the old PostgresRelay while the deploy goes on) publishes nothing and ends at once, saying so
+(RelayModeMismatch): the new configuration's invocations publish; were the two to stay apart, the
+outbox's pending age says the relay stopped.
 Started by EventBridge Scheduler every minute; each invocation keeps reading until its last seconds,
 so the publish lag stays under a second.
 """
@@ -16,10 +19,12 @@ from dataclasses import asdict
 from functools import cache
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.poison_queue import PoisonQueue
+from shop.adapters.postgres.outbox import RelayModeMismatch
 from shop.adapters.postgres.replication import slot_name
 from shop.adapters.postgres.slot_recovery import RUNBOOK, ReplicationSlotLost
 from shop.runtime import invocation
@@ -86,5 +91,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             },
         )
         raise
+    except RelayModeMismatch as exc:
+        logger.warning(
+            "relay switched: this configuration publishes nothing",
+            extra={"running_as": exc.running, "outbox_relay_mode": exc.mode, "error": str(exc)},
+        )
+        metrics.add_metric(name="RelayModeMismatch", unit=MetricUnit.Count, value=1)
+        return {"relayModeMismatch": {"runningAs": exc.running, "outboxRelayMode": exc.mode}}
     logger.info("polling ended", extra=asdict(totals))
     return asdict(totals)

@@ -712,3 +712,33 @@ def test_the_recover_slot_command_is_a_dry_run_unless_executed_and_exits_0_only_
     lambda_stub({"error": {"code": "INVALID_RECOVER_SLOT_REQUEST", "message": "since is in the future"}})
     assert outbox_admin([*base, "--since", "2099-01-01T00:00:00Z"]) == 1
     assert "since is in the future" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("database_mode", ["polling", "logical"])
+def test_a_publisher_left_with_the_other_relays_configuration_ends_its_invocation_saying_so(
+    stack_slot: str,
+    order_database: ConnectionSettings,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    recording_bus: RecordingBus,
+    database: Database,
+    database_mode: str,
+):
+    """A deploy switching the relay updates the database before the function: an environment still running
+    the old PostgresRelay meanwhile publishes nothing, and says so in one line and a metric, without
+    failing (a failure would be retried into the same configuration and raise the errors alarm on every
+    switch)."""
+    running = "logical" if database_mode == "polling" else "polling"
+    monkeypatch.setenv("POSTGRES_RELAY", running)
+    reset_process_state()
+    place_orders(database, 1)
+    with connect(order_database) as connection:
+        connection.execute("UPDATE outbox_relay SET mode = %s", (database_mode,))
+
+    answer = handler("OutboxPublisherFunction", "outbox_publisher")({}, LambdaContext(timeout_seconds=20))
+
+    assert answer == {"relayModeMismatch": {"runningAs": running, "outboxRelayMode": database_mode}}
+    assert recording_bus.accepted == []
+    [logged] = logged_with(caplog, "relay switched: this configuration publishes nothing")
+    assert (logged["running_as"], logged["outbox_relay_mode"]) == (running, database_mode)
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]

@@ -63,6 +63,7 @@ class RelayModeMismatch(RuntimeError):
     """The outbox was handed over to the other relay (outbox_relay.mode): this one publishes nothing."""
 
     def __init__(self, running: str, mode: str) -> None:
+        self.running, self.mode = running, mode
         super().__init__(
             f"this publisher runs as the {running} relay, but the outbox was switched to the {mode} relay "
             "(outbox_relay.mode): it publishes nothing; the invocations started with the new "
@@ -160,9 +161,12 @@ def mark_published(cursor: psycopg.Cursor[Any], positions: list[int]) -> None:
 
 
 def mark_parked(cursor: psycopg.Cursor[Any], position: int, reason: str) -> None:
+    # A row the logical relay drains from a replay set may carry a published mark (a handover marks the
+    # rows it hands over published; a replayed row was published before): parked, it is not published
+    # (the table allows one of the two), or the mark would fail every round and stop the relay.
     cursor.execute(
-        "UPDATE outbox SET parked_at = clock_timestamp(), attempts = attempts + 1, last_error = %s"
-        " WHERE position = %s",
+        "UPDATE outbox SET parked_at = clock_timestamp(), published_at = NULL, attempts = attempts + 1,"
+        " last_error = %s WHERE position = %s",
         (reason[:1000], position),
     )
 
