@@ -59,6 +59,7 @@ CREATE TABLE public.orders (
     total_amount bigint NOT NULL,
     created_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone NOT NULL,
+    rejection jsonb,
     CONSTRAINT orders_status_check CHECK ((status = ANY (ARRAY['PENDING'::text, 'CONFIRMED'::text, 'REJECTED'::text, 'CANCELLED'::text]))),
     CONSTRAINT orders_version_check CHECK ((version >= 1))
 );
@@ -211,6 +212,14 @@ ALTER TABLE ONLY public.order_lines
 
 ALTER TABLE ONLY public.orders
     ADD CONSTRAINT orders_pkey PRIMARY KEY (order_id);
+
+
+--
+-- Name: orders orders_rejection_only_when_rejected; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.orders
+    ADD CONSTRAINT orders_rejection_only_when_rejected CHECK (((rejection IS NULL) OR (status = 'REJECTED'::text))) NOT VALID;
 
 
 --

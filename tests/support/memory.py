@@ -102,7 +102,8 @@ class InMemoryOrderRepository:
         if current is None or current.version != expected_version:
             raise VersionConflict(order.order_id)
         self.outbox.check_new(order.order_id, event)
-        # The DynamoDB update sets these three attributes only; the rest of the item stays as stored.
+        # The DynamoDB update sets these attributes only (the rejection when there is one); the rest of the
+        # item stays as stored.
         self.orders[order.order_id] = Order(
             order_id=current.order_id,
             customer_id=current.customer_id,
@@ -112,8 +113,15 @@ class InMemoryOrderRepository:
             version=order.version,
             created_at=current.created_at,
             updated_at=order.updated_at,
+            rejection=order.rejection if order.rejection is not None else current.rejection,
         )
         self.outbox.add(order.order_id, event)
+
+    def seed(self, order: Order) -> bool:
+        if order.order_id in self.orders:
+            return False
+        self.orders[order.order_id] = order
+        return True
 
     def expire_request(self, caller: str, idempotency_key: str) -> None:
         """What time does to a request record: its expiry passes."""
@@ -147,10 +155,11 @@ class InMemoryInventoryRepository:
         self.outbox.check_size(event)
         self._check_new(reservation)
         self.outbox.check_new(reservation.order_id, event)
-        # A SKU without a stock item fails `available >= :q` like one without enough stock.
+        # A SKU without a stock item fails `available >= :q` like one without enough stock; the failed
+        # condition returns no item for it (ALL_OLD), so it is named unknown too.
         short = [sku for sku, quantity in reservation.lines if self.stock.get(sku, -1) < quantity]
         if short:
-            raise InsufficientStock(short)
+            raise InsufficientStock(short, [sku for sku in short if sku not in self.stock])
         for sku, quantity in reservation.lines:
             self.stock[sku] -= quantity
         self.reservations[reservation.order_id] = reservation

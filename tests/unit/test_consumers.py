@@ -282,6 +282,7 @@ def test_missing_stock_rejects_the_whole_order(invoke, inventory, template):
     [rejected] = outbox(template, "InventoryTable")
     assert rejected["type"] == "InventoryRejected"
     assert rejected["data"]["shortSkus"] == ["SKU-RED-MUG"]
+    assert rejected["data"]["unknownSkus"] == []  # stocked, only short
 
 
 def test_a_hot_sku_conflicting_with_other_reservations_still_reserves_without_a_failed_receive(

@@ -15,9 +15,9 @@ from shop.adapters.outbox_items import outbox_item
 from shop.domain import inventory, orders
 from shop.domain.envelope import CloudEvent, entry_size, event_id_for
 from shop.domain.errors import IllegalTransition, InvalidEnvelope
-from shop.domain.event_types import EVENT_TYPES, ORDER_STATUSES, RESERVATION_STATUSES
+from shop.domain.event_types import EVENT_TYPES, ORDER_STATUSES, REJECTION_REASONS, RESERVATION_STATUSES
 from shop.domain.inventory import ReservationStatus
-from shop.domain.orders import Order, OrderLine, OrderStatus, PlaceOrder
+from shop.domain.orders import Order, OrderLine, OrderStatus, PlaceOrder, RejectionReason
 from shop.domain.outbox import OutboxEntry
 from shop.domain.publishing import ordered_chunks
 
@@ -167,3 +167,4 @@ def test_every_event_type_and_source_the_domain_names_is_declared():
 def test_declared_statuses_are_the_domains():
     assert tuple(OrderStatus) == ORDER_STATUSES
     assert set(RESERVATION_STATUSES) == set(ReservationStatus) - {ReservationStatus.CANCELLED}
+    assert tuple(RejectionReason) == REJECTION_REASONS

@@ -37,9 +37,12 @@ from shop.domain.orders import (
     ORDER_REJECTED,
     Order,
     OrderLine,
+    OrderRejection,
     OrderService,
     OrderStatus,
     PlaceOrder,
+    RejectedLine,
+    RejectionReason,
     RequestRecord,
     VersionConflict,
 )
@@ -138,6 +141,17 @@ def test_an_order_is_reserved_whole_or_not_at_all(inventory, stock):
     [rejected] = stock.outbox.events("o-1")
     assert rejected.type == INVENTORY_REJECTED
     assert (rejected.data["reason"], rejected.data["shortSkus"]) == ("INSUFFICIENT_STOCK", ["SKU-B"])
+    assert rejected.data["unknownSkus"] == []
+
+
+def test_a_rejection_names_the_skus_the_inventory_has_no_stock_of(inventory, stock):
+    created = order_event(ORDER_CREATED, 1, [("SKU-A", 2), ("SKU-B", 2), ("SKU-TYPO", 1)])
+
+    assert inventory.apply(created) == "rejected"
+
+    assert levels(stock) == (5, 1)
+    [rejected] = stock.outbox.events("o-1")
+    assert (rejected.data["shortSkus"], rejected.data["unknownSkus"]) == (["SKU-B", "SKU-TYPO"], ["SKU-TYPO"])
 
 
 def test_a_cancel_releases_what_was_reserved_once(inventory, stock):
@@ -399,6 +413,24 @@ def test_an_order_whose_event_the_bus_could_not_take_is_refused_and_nothing_is_w
     assert repository.get_request(CALLER, "key-1") is None
 
 
+def test_an_order_whose_rejection_the_bus_could_not_take_is_refused_at_creation(repository):
+    lines = tuple(OrderLine(f"SKU-{n:03d}", 1, 100) for n in range(8))
+    at = "2026-11-21T12:00:00.000Z"  # the service's clock, its first order id: the same sizes
+    created = Order("o-1", "c-1", "USD", lines, OrderStatus.PENDING, 1, at, at).event(ORDER_CREATED, "corr-1")
+    # A limit its OrderCreated fits, its OrderRejected (every line refused: 8 x ~60 bytes more) does not
+    limit = created.entry_size() + 100
+    service = order_service(repository, max_event_bytes=limit)
+
+    with pytest.raises(EventTooLarge):
+        place(service, "key-1", PlaceOrder("c-1", "USD", lines))
+
+    assert repository.orders == {}
+    placed = order_service(repository, max_event_bytes=limit + 1000).place_order(
+        PlaceOrder("c-1", "USD", lines), idempotency_key=None, correlation_id="corr-1"
+    )
+    assert placed.order["status"] == "PENDING"
+
+
 # --- orders: transitions ---------------------------------------------------------------------------------
 ALLOWED = {
     (OrderStatus.PENDING, OrderStatus.CONFIRMED),
@@ -461,13 +493,40 @@ def test_an_inventory_answer_moves_only_a_pending_order(repository, status):
     assert event_types(repository, "o-1") == [ORDER_CREATED]
 
 
+def inventory_rejection(order_id: str, short: list[str], unknown: list[str] | None = None) -> CloudEvent:
+    """An InventoryRejected as the inventory emits it for COMMAND's lines (`unknown`: None, as emitted
+    before unknownSkus existed)."""
+    data: dict[str, Any] = {
+        "orderId": order_id,
+        "orderSequence": 1,
+        "status": "REJECTED",
+        "lines": [{"sku": "SKU-A", "quantity": 2}, {"sku": "SKU-B", "quantity": 1}],
+        "reason": "INSUFFICIENT_STOCK",
+        "shortSkus": short,
+    }
+    if unknown is not None:
+        data["unknownSkus"] = unknown
+    return CloudEvent.new(
+        source="shop.inventory",
+        type=INVENTORY_REJECTED,
+        subject=order_id,
+        sequence=1,
+        data=data,
+        correlation_id="c",
+    )
+
+
 @pytest.mark.parametrize(
     ("answer", "status", "emitted"),
-    [("InventoryReserved", "CONFIRMED", ORDER_CONFIRMED), ("InventoryRejected", "REJECTED", ORDER_REJECTED)],
+    [
+        (inventory_answer("InventoryReserved", "o-1"), "CONFIRMED", ORDER_CONFIRMED),
+        (inventory_rejection("o-1", ["SKU-B"], []), "REJECTED", ORDER_REJECTED),
+    ],
+    ids=["reserved", "rejected"],
 )
 def test_the_saga_moves_a_pending_order_by_the_inventory_answer(repository, answer, status, emitted):
     policy = OrderStatusPolicy(stored(repository, OrderStatus.PENDING))
-    cause = inventory_answer(answer, "o-1")
+    cause = answer
 
     assert policy.apply(cause) == status.lower()
 
@@ -476,3 +535,91 @@ def test_the_saga_moves_a_pending_order_by_the_inventory_answer(repository, answ
     assert (order.status, order.version) == (OrderStatus(status), 2)
     [_, event] = repository.outbox.events("o-1")
     assert (event.type, event.causationid, event.correlationid) == (emitted, cause.id, cause.correlationid)
+
+
+@pytest.mark.parametrize(
+    ("short", "unknown", "reason", "line_reasons"),
+    [
+        (["SKU-B"], [], RejectionReason.INSUFFICIENT_STOCK, [RejectionReason.INSUFFICIENT_STOCK]),
+        (
+            ["SKU-A", "SKU-B"],
+            ["SKU-A"],
+            RejectionReason.UNKNOWN_SKU,
+            [RejectionReason.UNKNOWN_SKU, RejectionReason.INSUFFICIENT_STOCK],
+        ),
+        (["SKU-B"], None, RejectionReason.INSUFFICIENT_STOCK, [RejectionReason.INSUFFICIENT_STOCK]),
+    ],
+    ids=["short", "one-unknown", "emitted-before-unknown-skus"],
+)
+def test_a_rejected_order_keeps_why_with_each_line_refused_and_its_event_carries_it(
+    repository, short, unknown, reason, line_reasons
+):
+    policy = OrderStatusPolicy(stored(repository, OrderStatus.PENDING))
+    asked = {"SKU-A": 2, "SKU-B": 1}
+
+    assert policy.apply(inventory_rejection("o-1", short, unknown)) == "rejected"
+
+    order = repository.get("o-1")
+    assert order is not None
+    expected = OrderRejection(
+        reason,
+        tuple(RejectedLine(sku, asked[sku], why) for sku, why in zip(short, line_reasons, strict=True)),
+    )
+    assert order.rejection == expected
+    [_, rejected] = repository.outbox.events("o-1")
+    assert (
+        rejected.data["rejection"]
+        == order.to_dict()["rejection"]
+        == {
+            "reason": str(reason),
+            "lines": [
+                {"sku": sku, "quantity": asked[sku], "reason": str(why)}
+                for sku, why in zip(short, line_reasons, strict=True)
+            ],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"lines": [], "shortSkus": ["SKU-B"]},
+        {"lines": [{"sku": "SKU-B", "quantity": 1}], "shortSkus": []},
+    ],
+    ids=["no-data", "short-sku-not-in-lines", "no-short-sku"],
+)
+def test_a_rejection_that_does_not_say_what_was_refused_is_an_invalid_envelope_and_moves_nothing(
+    repository, data
+):
+    policy = OrderStatusPolicy(stored(repository, OrderStatus.PENDING))
+    cause = CloudEvent.new(
+        source="shop.inventory",
+        type=INVENTORY_REJECTED,
+        subject="o-1",
+        sequence=1,
+        data=data,
+        correlation_id="c",
+    )
+
+    with pytest.raises(InvalidEnvelope):
+        policy.apply(cause)
+
+    assert repository.get("o-1") == order_in(OrderStatus.PENDING)
+    assert event_types(repository, "o-1") == [ORDER_CREATED]
+
+
+def test_orders_without_a_rejection_have_no_rejection_field():
+    assert "rejection" not in order_in(OrderStatus.REJECTED).to_dict()  # rejected before it was kept
+    assert "rejection" not in order_in(OrderStatus.CONFIRMED).to_dict()
+
+
+def test_only_a_rejected_order_takes_a_rejection():
+    rejection = OrderRejection.of((RejectedLine("SKU-A", 2, RejectionReason.INSUFFICIENT_STOCK),))
+
+    with pytest.raises(ValueError, match="only a rejected order"):
+        order_in(OrderStatus.PENDING).transition_to(OrderStatus.CONFIRMED, T0, rejection)
+    assert (
+        order_in(OrderStatus.PENDING).transition_to(OrderStatus.REJECTED, T0, rejection).rejection
+        == rejection
+    )

@@ -9,14 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 import boto3
+import jsonschema  # type: ignore[import-untyped]  # no stubs in .venv; only validates here
 import pytest
 from botocore.stub import Stubber
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 import shop.adapters.aws
 import shop.adapters.dynamo
+from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.domain.outbox import outbox_entry
+from shop.runtime.config import Settings
 from tests.support import header, json_body, load_event
-from tools.template import Template
+from tools.template import ROOT, Template
 
 
 @pytest.fixture
@@ -48,6 +53,10 @@ def order_event(name: str, order_id: str) -> dict[str, Any]:
 
 def outbox_envelopes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [json.loads(i["envelope"]["S"]) for i in items if i["SK"]["S"].startswith("OUTBOX#")]
+
+
+def table_items_of(template: Template, table: str) -> list[dict[str, Any]]:
+    return boto3.client("dynamodb").scan(TableName=template.physical_name(table))["Items"]
 
 
 def test_each_outbox_item_carries_the_trace_of_the_invocation_that_wrote_it(api, table_items, monkeypatch):
@@ -259,6 +268,68 @@ def test_get_returns_the_order_and_404_for_an_unknown_id(api):
     assert json_body(found) == created
     assert missing["statusCode"] == 404
     assert json_body(missing)["error"]["code"] == "ORDER_NOT_FOUND"
+
+
+def sqs_message(envelope: dict[str, Any]) -> dict[str, Any]:
+    """An SQS batch of one message carrying `envelope` as EventBridge delivers it (the sample's shape)."""
+    event = load_event("sqs_order_status_inventory_rejected.json")
+    [record] = event["Records"]
+    body = json.loads(record["body"])
+    body.update({"detail-type": envelope["type"], "source": envelope["source"], "detail": envelope})
+    record.update({"messageId": f"m-{envelope['id']}", "body": json.dumps(body)})
+    return event
+
+
+def order_schema() -> jsonschema.Draft202012Validator:
+    """The OpenAPI document's Order (tools/chaos/openapi.json), its references resolved in the document."""
+    document = json.loads((ROOT / "tools" / "chaos" / "openapi.json").read_text())
+    return jsonschema.Draft202012Validator(
+        {"$ref": "urn:openapi#/components/schemas/Order"},
+        registry=Registry().with_resource("urn:openapi", Resource.from_contents(document, DRAFT202012)),
+    )
+
+
+def test_get_of_a_rejected_order_says_why_and_which_lines(api, invoke, template):
+    # The whole saga through the handlers: the API's OrderCreated to the inventory (the mug short, the pen
+    # never stocked), its InventoryRejected to the order-status consumer, then GET.
+    created = json_body(api(create_event()))  # SKU-RED-MUG x2, SKU-BLUE-PEN x1
+    DynamoInventoryRepository(Settings.from_env()).set_stock("SKU-RED-MUG", 1)
+    [order_created] = outbox_envelopes(table_items_of(template, "OrdersTable"))
+    assert invoke("InventoryFunction", sqs_message(order_created))["batchItemFailures"] == []
+    [inventory_rejected] = outbox_envelopes(table_items_of(template, "InventoryTable"))
+    assert invoke("OrderStatusFunction", sqs_message(inventory_rejected))["batchItemFailures"] == []
+
+    response = api(order_event("api_get_order.json", created["orderId"]))
+
+    assert response["statusCode"] == 200
+    order = json_body(response)
+    assert order["status"] == "REJECTED"
+    assert order["rejection"] == {
+        "reason": "UNKNOWN_SKU",
+        "lines": [
+            {"sku": "SKU-BLUE-PEN", "quantity": 1, "reason": "UNKNOWN_SKU"},
+            {"sku": "SKU-RED-MUG", "quantity": 2, "reason": "INSUFFICIENT_STOCK"},
+        ],
+    }
+    order_schema().validate(order)
+
+
+def test_get_of_an_order_rejected_before_reasons_were_kept_answers_without_one(api):
+    created = json_body(api(create_event()))
+    boto3.client("dynamodb").update_item(  # a REJECTED order item as written before: no rejection
+        TableName="local-OrdersTable",
+        Key={"PK": {"S": f"ORDER#{created['orderId']}"}, "SK": {"S": "ORDER"}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":s": {"S": "REJECTED"}},
+    )
+
+    response = api(order_event("api_get_order.json", created["orderId"]))
+
+    assert response["statusCode"] == 200
+    order = json_body(response)
+    assert (order["status"], "rejection" in order) == ("REJECTED", False)
+    order_schema().validate(order)
 
 
 def test_cancel_moves_to_cancelled_with_an_event_and_is_idempotent(api, table_items):

@@ -37,10 +37,14 @@ from shop.domain.orders import (
     ORDER_CANCELLED,
     ORDER_CONFIRMED,
     ORDER_CREATED,
+    ORDER_REJECTED,
     Order,
     OrderLine,
+    OrderRejection,
     OrderRepository,
     OrderStatus,
+    RejectedLine,
+    RejectionReason,
     RequestKeyTaken,
     RequestRecord,
     VersionConflict,
@@ -61,9 +65,13 @@ class StockedInventory(InventoryRepository, Protocol):
     def available(self, sku: str) -> int | None: ...
 
 
+class SeededOrders(OrderRepository, Protocol):
+    def seed(self, order: Order) -> bool: ...
+
+
 @dataclass
 class OrderStore:
-    repository: OrderRepository
+    repository: SeededOrders
     outbox: Callable[[str], list[CloudEvent]]  # order id -> its outbox events, by sequence
     expire_request: Callable[[str, str], None]
 
@@ -225,6 +233,70 @@ def test_a_transition_at_the_expected_version_is_stored_with_its_event(orders: O
     assert orders.outbox(order.order_id) == [created(order), event]
 
 
+REJECTION = OrderRejection.of(
+    (
+        RejectedLine("SKU-A", 2, RejectionReason.UNKNOWN_SKU),
+        RejectedLine("SKU-B", 1, RejectionReason.INSUFFICIENT_STOCK),
+    )
+)
+
+
+def test_a_rejection_is_stored_with_its_transition_and_read_back(orders: OrderStore):
+    order = pending()
+    orders.repository.create(order, created(order), None)
+    rejected = order.transition_to(OrderStatus.REJECTED, parse_time(LATER), REJECTION)
+    event = rejected.event(ORDER_REJECTED, "corr-1")
+
+    orders.repository.save_transition(rejected, 1, event)
+
+    stored = orders.repository.get(order.order_id)
+    assert stored == rejected
+    assert stored is not None
+    assert stored.rejection == REJECTION
+    assert orders.outbox(order.order_id) == [created(order), event]
+
+
+def test_an_order_rejected_without_a_rejection_reads_with_none(orders: OrderStore):
+    # As every order rejected before the reason was kept is stored.
+    order = pending()
+    orders.repository.create(order, created(order), None)
+    rejected = replace(order, status=OrderStatus.REJECTED, version=2, updated_at=LATER)
+
+    orders.repository.save_transition(rejected, 1, rejected.event(ORDER_REJECTED, "corr-1"))
+
+    stored = orders.repository.get(order.order_id)
+    assert stored == rejected
+    assert stored is not None
+    assert stored.rejection is None
+
+
+def test_a_transition_without_a_rejection_keeps_the_stored_one(orders: OrderStore):
+    order = pending()
+    orders.repository.create(order, created(order), None)
+    rejected = order.transition_to(OrderStatus.REJECTED, parse_time(LATER), REJECTION)
+    orders.repository.save_transition(rejected, 1, rejected.event(ORDER_REJECTED, "corr-1"))
+    # Not a transition the domain makes (REJECTED is final): what each store does with a write that
+    # names no rejection, alike.
+    touched = replace(rejected, version=3, rejection=None)
+
+    orders.repository.save_transition(touched, 2, touched.event(ORDER_CANCELLED, "corr-2"))
+
+    stored = orders.repository.get(order.order_id)
+    assert stored is not None
+    assert (stored.version, stored.rejection) == (3, REJECTION)
+
+
+def test_a_seeded_order_is_written_as_it_stands_without_an_event_and_never_over_another(orders: OrderStore):
+    # What `make invoke` writes for the orders a sample event refers to.
+    rejected = pending().transition_to(OrderStatus.REJECTED, parse_time(LATER), REJECTION)
+
+    assert orders.repository.seed(rejected) is True
+    assert orders.repository.seed(replace(rejected, customer_id="c-other")) is False
+
+    assert orders.repository.get(rejected.order_id) == rejected
+    assert orders.outbox(rejected.order_id) == []
+
+
 def test_a_transition_from_a_stale_version_is_refused_and_writes_nothing(orders: OrderStore):
     order = pending()
     orders.repository.create(order, created(order), None)
@@ -300,14 +372,16 @@ def test_a_reservation_takes_every_line_from_stock_with_its_event(inventory: Inv
 
 
 def test_a_short_reservation_names_every_short_sku_and_takes_nothing(inventory: InventoryStore):
-    stocked(inventory, {"SKU-A": 5, "SKU-B": 1})
-    wanted = reservation(lines=(("SKU-A", 2), ("SKU-B", 2), ("SKU-C", 1)))  # B short, C never stocked
+    stocked(inventory, {"SKU-A": 5, "SKU-B": 1, "SKU-D": 0})
+    # B short, C never stocked, D stocked at 0
+    wanted = reservation(lines=(("SKU-A", 2), ("SKU-B", 2), ("SKU-C", 1), ("SKU-D", 1)))
 
     with pytest.raises(InsufficientStock) as short:
         inventory.repository.reserve(wanted, wanted.event(INVENTORY_RESERVED, ORDER_EVENT))
 
-    assert short.value.skus == ["SKU-B", "SKU-C"]
-    assert levels(inventory, "SKU-A", "SKU-B", "SKU-C") == [5, 1, None]
+    assert short.value.skus == ["SKU-B", "SKU-C", "SKU-D"]
+    assert short.value.unknown_skus == ["SKU-C"]  # a stock item at 0 is short, not unknown
+    assert levels(inventory, "SKU-A", "SKU-B", "SKU-C", "SKU-D") == [5, 1, None, 0]
     assert inventory.repository.get_reservation("o-1") is None
     assert inventory.outbox("o-1") == []
 

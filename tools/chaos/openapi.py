@@ -87,6 +87,41 @@ COMPONENTS: dict[str, Any] = {
             "version": {"type": "integer", "minimum": 1},
             "createdAt": {"type": "string", "format": "date-time"},
             "updatedAt": {"type": "string", "format": "date-time"},
+            "rejection": {"$ref": "#/components/schemas/OrderRejection"},
+        },
+    },
+    # Why a REJECTED order was refused (shop.domain.orders.OrderRejection); absent on every other order
+    # and on orders rejected before the reason was kept.
+    "OrderRejection": {
+        "type": "object",
+        "required": ["reason", "lines"],
+        "additionalProperties": False,
+        "properties": {
+            "reason": {
+                "type": "string",
+                "enum": ["INSUFFICIENT_STOCK", "UNKNOWN_SKU"],
+                "description": "UNKNOWN_SKU when any line names a SKU the inventory has no stock of, "
+                "else INSUFFICIENT_STOCK",
+            },
+            "lines": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"$ref": "#/components/schemas/RejectedLine"},
+            },
+        },
+    },
+    "RejectedLine": {
+        "type": "object",
+        "required": ["sku", "quantity", "reason"],
+        "additionalProperties": False,
+        "properties": {
+            "sku": {"type": "string"},
+            "quantity": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "what the order asked of this SKU, its lines together",
+            },
+            "reason": {"type": "string", "enum": ["INSUFFICIENT_STOCK", "UNKNOWN_SKU"]},
         },
     },
 }
@@ -129,7 +164,7 @@ RESPONSES: dict[tuple[str, str], dict[str, Any]] = {
         "503": _error("SERVICE_BUSY: the order store throttled the write; retry", _RETRY_AFTER),
     },
     ("get", "/orders/{orderId}"): {
-        "200": _order("The order"),
+        "200": _order("The order; a REJECTED one with its `rejection` (the reason, the lines refused)"),
         "404": _error("ORDER_NOT_FOUND"),
         "422": _error(_INVALID_ID),
     },

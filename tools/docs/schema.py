@@ -49,7 +49,13 @@ class SchemaBuilder:
 
     def object_schema(self, typed_dict: type) -> dict[str, Any]:
         hints = get_type_hints(typed_dict, include_extras=True)
-        required: frozenset[str] = typed_dict.__required_keys__  # type: ignore[attr-defined]
+        # __required_keys__ misses NotRequired in a module with postponed annotations (the class sees a
+        # string); the evaluated hint still says it.
+        required: frozenset[str] = frozenset(
+            name
+            for name in typed_dict.__required_keys__  # type: ignore[attr-defined]
+            if get_origin(hints[name]) is not typing.NotRequired
+        )
         schema: dict[str, Any] = {"type": "object"}
         doc = typed_dict.__dict__.get("__doc__")  # its own docstring, not dict's
         if doc:

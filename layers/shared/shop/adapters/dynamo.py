@@ -46,10 +46,17 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def cancellation_reasons(exc: ClientError) -> list[dict[str, Any]]:
+    """Per-action reasons of a cancelled transaction, in the order of its TransactItems: each one's `Code`,
+    and its `Item` as it stood when an action with ReturnValuesOnConditionCheckFailure=ALL_OLD failed
+    its condition on an item that exists (API CancellationReason)."""
+    reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons", [])  # type: ignore[assignment]
+    return reasons
+
+
 def cancellation_codes(exc: ClientError) -> list[str]:
     """Per-action reason codes of a cancelled transaction, in the order of its TransactItems."""
-    reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons", [])  # type: ignore[assignment]
-    return [str(reason.get("Code", "None")) for reason in reasons]
+    return [str(reason.get("Code", "None")) for reason in cancellation_reasons(exc)]
 
 
 def is_contention(exc: ClientError) -> bool:

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from shop.adapters import aws, keys
 from shop.adapters.dynamo import (
     SecondsLeft,
-    cancellation_codes,
+    cancellation_reasons,
     raise_if_throttled,
     transact_write_items,
     unbounded,
@@ -95,8 +95,12 @@ class DynamoInventoryRepository:
                     "TableName": self._table,
                     "Key": keys.stock_key(sku),
                     "UpdateExpression": "SET available = available - :q",
+                    # A SKU without a stock item fails it too: no `available` to compare.
                     "ConditionExpression": "available >= :q",
                     "ExpressionAttributeValues": {":q": {"N": str(-delta)}},
+                    # The stock item, if any, comes back with a failed condition: none means an unknown
+                    # SKU, told apart from a short one in the same request (no read, no race).
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             }
         return {
@@ -108,8 +112,8 @@ class DynamoInventoryRepository:
             }
         }
 
-    def _transact(self, actions: list[dict[str, Any]], reservation_index: int) -> list[str]:
-        """Run a transaction; returns [] on success, else the per-action cancellation codes.
+    def _transact(self, actions: list[dict[str, Any]], reservation_index: int) -> list[dict[str, Any]]:
+        """Run a transaction; returns [] on success, else the per-action cancellation reasons.
 
         Transactional (2 units per KB per item) because the reservation, the stock it takes or gives
         back and its outbox event must commit together: a crash in between would take stock without
@@ -118,12 +122,12 @@ class DynamoInventoryRepository:
         try:
             transact_write_items(actions, seconds_left=self._seconds_left)
         except ClientError as exc:
-            codes = cancellation_codes(exc)
-            if not codes:
+            reasons = cancellation_reasons(exc)
+            if not reasons:
                 raise
-            if codes[reservation_index] == "ConditionalCheckFailed":
+            if reasons[reservation_index].get("Code") == "ConditionalCheckFailed":
                 raise ReservationChanged(str(actions[reservation_index])) from exc
-            return codes
+            return reasons
         return []
 
     # --- InventoryRepository ------------------------------------------------------------------------
@@ -142,14 +146,16 @@ class DynamoInventoryRepository:
     def reserve(self, reservation: Reservation, event: CloudEvent) -> None:
         stock = [self._stock_change(sku, -qty) for sku, qty in reservation.lines]
         actions = [self._put_new(reservation), self._outbox_put(reservation.order_id, event), *stock]
-        codes = self._transact(actions, reservation_index=0)
-        if codes:
-            short = [
-                sku
-                for (sku, _), code in zip(reservation.lines, codes[2:], strict=True)
-                if code == "ConditionalCheckFailed"
+        reasons = self._transact(actions, reservation_index=0)
+        if reasons:
+            failed = [
+                (sku, "Item" in reason)
+                for (sku, _), reason in zip(reservation.lines, reasons[2:], strict=True)
+                if reason.get("Code") == "ConditionalCheckFailed"
             ]
-            raise InsufficientStock(short)
+            raise InsufficientStock(
+                [sku for sku, _ in failed], [sku for sku, stocked in failed if not stocked]
+            )
 
     def record_new(self, reservation: Reservation, event: CloudEvent | None) -> None:
         actions = [self._put_new(reservation)]

@@ -22,15 +22,47 @@ from shop.domain.envelope import CloudEvent
 from shop.domain.orders import (
     Order,
     OrderLine,
+    OrderRejection,
     OrderStatus,
+    RejectedLine,
+    RejectionReason,
     RequestKeyTaken,
     RequestRecord,
     VersionConflict,
 )
 
 
+def _rejection_attribute(rejection: OrderRejection) -> dict[str, Any]:
+    lines = [
+        {
+            "M": {
+                "sku": {"S": line.sku},
+                "quantity": {"N": str(line.quantity)},
+                "reason": {"S": str(line.reason)},
+            }
+        }
+        for line in rejection.lines
+    ]
+    return {"M": {"reason": {"S": str(rejection.reason)}, "lines": {"L": lines}}}
+
+
+def _rejection_from_attribute(attribute: dict[str, Any]) -> OrderRejection:
+    stored = attribute["M"]
+    return OrderRejection(
+        reason=RejectionReason(stored["reason"]["S"]),
+        lines=tuple(
+            RejectedLine(
+                sku=line["M"]["sku"]["S"],
+                quantity=int(line["M"]["quantity"]["N"]),
+                reason=RejectionReason(line["M"]["reason"]["S"]),
+            )
+            for line in stored["lines"]["L"]
+        ),
+    )
+
+
 def _order_attributes(order: Order) -> dict[str, Any]:
-    return {
+    attributes = {
         "entityType": {"S": "Order"},
         "orderId": {"S": order.order_id},
         "customerId": {"S": order.customer_id},
@@ -53,6 +85,9 @@ def _order_attributes(order: Order) -> dict[str, Any]:
         "createdAt": {"S": order.created_at},
         "updatedAt": {"S": order.updated_at},
     }
+    if order.rejection is not None:
+        attributes["rejection"] = _rejection_attribute(order.rejection)
+    return attributes
 
 
 def _order_from_item(item: dict[str, Any]) -> Order:
@@ -72,6 +107,8 @@ def _order_from_item(item: dict[str, Any]) -> Order:
         version=int(item["version"]["N"]),
         created_at=item["createdAt"]["S"],
         updated_at=item["updatedAt"]["S"],
+        # Orders rejected before the reason was kept have none.
+        rejection=_rejection_from_attribute(item["rejection"]) if "rejection" in item else None,
     )
 
 
@@ -169,19 +206,24 @@ class DynamoOrderRepository:
         )
 
     def save_transition(self, order: Order, expected_version: int, event: CloudEvent) -> None:
+        assignments = "SET #status = :status, #version = :version, updatedAt = :updated"
+        values = {
+            ":status": {"S": str(order.status)},
+            ":version": {"N": str(order.version)},
+            ":updated": {"S": order.updated_at},
+            ":expected": {"N": str(expected_version)},
+        }
+        if order.rejection is not None:
+            assignments += ", rejection = :rejection"
+            values[":rejection"] = _rejection_attribute(order.rejection)
         update = {
             "Update": {
                 "TableName": self._table,
                 "Key": keys.order_key(order.order_id),
-                "UpdateExpression": "SET #status = :status, #version = :version, updatedAt = :updated",
+                "UpdateExpression": assignments,
                 "ConditionExpression": "#version = :expected",
                 "ExpressionAttributeNames": {"#status": "status", "#version": "version"},
-                "ExpressionAttributeValues": {
-                    ":status": {"S": str(order.status)},
-                    ":version": {"N": str(order.version)},
-                    ":updated": {"S": order.updated_at},
-                    ":expected": {"N": str(expected_version)},
-                },
+                "ExpressionAttributeValues": values,
             }
         }
         # A transaction: the version-checked transition and its event commit together, or neither does.
@@ -196,3 +238,20 @@ class DynamoOrderRepository:
             ):
                 raise VersionConflict(order.order_id) from exc
             raise
+
+    # --- operations -----------------------------------------------------------------------------
+    def seed(self, order: Order) -> bool:
+        """Write `order` as it stands, with no event and no request key, unless an order has its id: what
+        a sample event refers to, for the local stack's `make invoke` (as set_stock seeds stock). True
+        if it was written."""
+        try:
+            aws.dynamodb().put_item(
+                TableName=self._table,
+                Item={**keys.order_key(order.order_id), **_order_attributes(order)},
+                ConditionExpression=keys.KEY_NOT_TAKEN,
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True

@@ -10,7 +10,7 @@ documentation, not checked at run time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, TypedDict
+from typing import Annotated, NotRequired, TypedDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,8 @@ class Constraint:
 # (shop.domain.inventory.ReservationStatus less CANCELLED, which no event carries); a test compares them.
 ORDER_STATUSES = ("PENDING", "CONFIRMED", "REJECTED", "CANCELLED")
 RESERVATION_STATUSES = ("RESERVED", "REJECTED", "RELEASED")
+# The values of shop.domain.orders.RejectionReason; a test compares them.
+REJECTION_REASONS = ("INSUFFICIENT_STOCK", "UNKNOWN_SKU")
 Timestamp = Annotated[str, Constraint(format="date-time")]
 
 
@@ -37,6 +39,32 @@ class OrderItemData(TypedDict):
     quantity: Annotated[int, Constraint(minimum=1)]
     unitPrice: Annotated[int, Constraint(minimum=0)]
     lineTotal: Annotated[int, Constraint(minimum=0)]
+
+
+class RejectedLineData(TypedDict):
+    sku: str
+    quantity: Annotated[int, Constraint(description="what the order asked of this SKU", minimum=1)]
+    reason: Annotated[
+        str,
+        Constraint(
+            description="UNKNOWN_SKU: the inventory has no stock of it at all; INSUFFICIENT_STOCK: less "
+            "than the order asks",
+            enum=REJECTION_REASONS,
+        ),
+    ]
+
+
+class OrderRejectionData(TypedDict):
+    """Why the inventory refused the order: the lines it could not reserve."""
+
+    reason: Annotated[
+        str,
+        Constraint(
+            description="UNKNOWN_SKU when any line's SKU is unknown, else INSUFFICIENT_STOCK",
+            enum=REJECTION_REASONS,
+        ),
+    ]
+    lines: Annotated[list[RejectedLineData], Constraint(min_items=1)]
 
 
 class OrderData(TypedDict):
@@ -51,6 +79,8 @@ class OrderData(TypedDict):
     version: Annotated[int, Constraint(minimum=1)]
     createdAt: Timestamp
     updatedAt: Timestamp
+    # A REJECTED order's reason (its OrderRejected carries it); none on orders rejected before it was kept.
+    rejection: NotRequired[OrderRejectionData]
 
 
 class ReservationLineData(TypedDict):
@@ -72,6 +102,12 @@ class ReservationData(TypedDict):
 class Rejection(TypedDict):
     reason: Annotated[str, Constraint(enum=("INSUFFICIENT_STOCK",))]
     shortSkus: Annotated[list[str], Constraint(description="the SKUs short of stock", min_items=1)]
+    # Absent from events emitted before the inventory told an unknown SKU from a short one.
+    unknownSkus: NotRequired[
+        Annotated[
+            list[str], Constraint(description="those of shortSkus the inventory has no stock of at all")
+        ]
+    ]
 
 
 class InventoryRejectedData(ReservationData, Rejection):
@@ -101,7 +137,10 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "The inventory reserved the order's stock (order-status consumer).",
     ),
     EventType(
-        "OrderRejected", ORDERS, OrderData, "The inventory refused the order's stock (order-status consumer)."
+        "OrderRejected",
+        ORDERS,
+        OrderData,
+        "The inventory refused the order's stock, `rejection` says why (order-status consumer).",
     ),
     EventType(
         "InventoryReserved",
@@ -113,7 +152,8 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "InventoryRejected",
         INVENTORY,
         InventoryRejectedData,
-        "A new order asked for more than the stock, so nothing was reserved (inventory consumer).",
+        "A new order asked for more than the stock or for a SKU without stock, so nothing was reserved "
+        "(inventory consumer).",
     ),
     EventType(
         "InventoryReleased",

@@ -63,9 +63,12 @@ class Reservation:
 
 
 class InsufficientStock(Exception):
-    def __init__(self, skus: list[str]) -> None:
+    """`skus`: every SKU short of stock, in line order; `unknown_skus`: those of them with no stock at all."""
+
+    def __init__(self, skus: list[str], unknown_skus: list[str] | None = None) -> None:
         super().__init__(", ".join(skus))
         self.skus = skus
+        self.unknown_skus = unknown_skus or []
 
 
 class ReservationChanged(Exception):
@@ -81,7 +84,8 @@ class InventoryRepository(Protocol):
 
     def reserve(self, reservation: Reservation, event: CloudEvent) -> None:
         """Take every line's quantity from stock, record the reservation and its event; raise
-        InsufficientStock naming every short SKU (in line order) when any SKU lacks the quantity."""
+        InsufficientStock naming every short SKU (in line order) when any SKU lacks the quantity, and
+        which of them the inventory has no stock of at all."""
 
     def record_new(self, reservation: Reservation, event: CloudEvent | None) -> None:
         """Record a reservation that holds no stock (rejected, or a cancel's tombstone) and its event."""
@@ -133,7 +137,11 @@ class InventoryService:
             self._repository.reserve(reservation, reservation.event(INVENTORY_RESERVED, event))
         except InsufficientStock as short:
             rejected = replace(reservation, status=ReservationStatus.REJECTED)
-            extra: Rejection = {"reason": "INSUFFICIENT_STOCK", "shortSkus": short.skus}
+            extra: Rejection = {
+                "reason": "INSUFFICIENT_STOCK",
+                "shortSkus": short.skus,
+                "unknownSkus": short.unknown_skus,
+            }
             try:
                 self._repository.record_new(rejected, rejected.event(INVENTORY_REJECTED, event, extra))
             except ReservationChanged:

@@ -23,7 +23,7 @@ from shop.domain.outbox import ensure_publishable
 from shop.domain.principals import ANONYMOUS_CALLER
 
 if TYPE_CHECKING:  # the event data declarations are for type checking and docs; 1.7 ms to import
-    from shop.domain.event_types import OrderData, OrderItemData
+    from shop.domain.event_types import OrderData, OrderItemData, OrderRejectionData
 
 EVENT_SOURCE = "shop.orders"
 ORDER_CREATED = "OrderCreated"
@@ -76,6 +76,42 @@ class OrderLine:
         }
 
 
+class RejectionReason(StrEnum):
+    INSUFFICIENT_STOCK = "INSUFFICIENT_STOCK"  # the SKU is stocked, with less than the order asks
+    UNKNOWN_SKU = "UNKNOWN_SKU"  # the inventory has no stock of the SKU at all
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedLine:
+    sku: str
+    quantity: int  # what the order asked of this SKU, its lines together (as the inventory reserves)
+    reason: RejectionReason
+
+
+@dataclass(frozen=True, slots=True)
+class OrderRejection:
+    """Why the inventory refused an order: each SKU it could not reserve, and why."""
+
+    reason: RejectionReason
+    lines: tuple[RejectedLine, ...]
+
+    @classmethod
+    def of(cls, lines: tuple[RejectedLine, ...]) -> OrderRejection:
+        """The order's reason is UNKNOWN_SKU when any line names a SKU the inventory does not know (the order
+        can never be filled as placed), else INSUFFICIENT_STOCK (it might be, with more stock)."""
+        unknown = any(line.reason is RejectionReason.UNKNOWN_SKU for line in lines)
+        return cls(RejectionReason.UNKNOWN_SKU if unknown else RejectionReason.INSUFFICIENT_STOCK, lines)
+
+    def to_dict(self) -> OrderRejectionData:
+        return {
+            "reason": str(self.reason),
+            "lines": [
+                {"sku": line.sku, "quantity": line.quantity, "reason": str(line.reason)}
+                for line in self.lines
+            ],
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Order:
     order_id: str
@@ -86,18 +122,24 @@ class Order:
     version: int
     created_at: str
     updated_at: str
+    rejection: OrderRejection | None = None  # a REJECTED order's reason (none if rejected before it was kept)
 
     @property
     def total_amount(self) -> int:
         return sum(line.line_total for line in self.lines)
 
-    def transition_to(self, status: OrderStatus, at: datetime) -> Order:
+    def transition_to(
+        self, status: OrderStatus, at: datetime, rejection: OrderRejection | None = None
+    ) -> Order:
         if status not in _TRANSITIONS[self.status]:
             raise IllegalTransition(
                 f"an order in status {self.status} cannot become {status}",
                 {"orderId": self.order_id, "status": str(self.status), "requested": str(status)},
             )
-        return replace(self, status=status, version=self.version + 1, updated_at=format_time(at))
+        if rejection is not None and status is not OrderStatus.REJECTED:
+            raise ValueError(f"only a rejected order has a rejection, not one becoming {status}")
+        changed = replace(self, status=status, version=self.version + 1, updated_at=format_time(at))
+        return changed if rejection is None else replace(changed, rejection=rejection)
 
     def to_dict(self) -> dict[str, Any]:
         """The public representation: the API response body and the data of order events."""
@@ -112,6 +154,8 @@ class Order:
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }
+        if self.rejection is not None:
+            data["rejection"] = self.rejection.to_dict()
         return dict(data)
 
     def event(self, event_type: str, correlation_id: str, causation_id: str | None = None) -> CloudEvent:
@@ -200,6 +244,19 @@ def new_order_id() -> str:
     return f"o-{uuid.uuid4().hex}"
 
 
+def _largest_rejected(order: Order, correlation_id: str) -> CloudEvent:
+    """The largest OrderRejected `order` can have: every SKU refused, its quantities together, with the
+    longer reason, caused by an event (a UUID)."""
+    asked: dict[str, int] = {}
+    for line in order.lines:
+        asked[line.sku] = asked.get(line.sku, 0) + line.quantity
+    longest = RejectionReason.INSUFFICIENT_STOCK
+    rejection = OrderRejection(longest, tuple(RejectedLine(sku, n, longest) for sku, n in asked.items()))
+    at = datetime.fromisoformat(order.updated_at.replace("Z", "+00:00"))
+    rejected = order.transition_to(OrderStatus.REJECTED, at, rejection)
+    return rejected.event(ORDER_REJECTED, correlation_id, str(uuid.UUID(int=0)))
+
+
 class OrderService:
     def __init__(
         self,
@@ -236,6 +293,8 @@ class OrderService:
         )
         event = order.event(ORDER_CREATED, correlation_id)
         ensure_publishable(event, self._max_event_bytes)
+        # Its OrderRejected is larger (a cause, the rejection): refused now rather than left unpublishable.
+        ensure_publishable(_largest_rejected(order, correlation_id), self._max_event_bytes)
         request = None
         if idempotency_key is not None:
             request = RequestRecord(
@@ -285,8 +344,15 @@ class OrderService:
             return cancelled
         raise ConcurrentModification("the order kept changing while it was being cancelled; retry")
 
-    def apply_inventory_outcome(self, order_id: str, status: OrderStatus, cause: CloudEvent) -> str:
-        """Confirm or reject a PENDING order from the inventory's answer, with its event, atomically.
+    def apply_inventory_outcome(
+        self,
+        order_id: str,
+        status: OrderStatus,
+        cause: CloudEvent,
+        rejection: OrderRejection | None = None,
+    ) -> str:
+        """Confirm or reject a PENDING order from the inventory's answer, with its event, atomically; a
+        rejection is stored with the order (and carried by its OrderRejected).
 
         Only a PENDING order moves: an order that was cancelled meanwhile stays cancelled (the
         inventory releases the stock on OrderCancelled), and a repeat of an applied answer finds the
@@ -296,7 +362,7 @@ class OrderService:
             current = self.get_order(order_id)
             if current.status is not OrderStatus.PENDING:
                 return f"ignored:{current.status}"
-            changed = current.transition_to(status, self._clock())
+            changed = current.transition_to(status, self._clock(), rejection)
             event = changed.event(_EVENT_FOR_STATUS[status], cause.correlationid, cause.id)
             try:
                 self._repository.save_transition(changed, current.version, event)

@@ -15,7 +15,10 @@ from shop.domain.envelope import CloudEvent, format_time, parse_time
 from shop.domain.orders import (
     Order,
     OrderLine,
+    OrderRejection,
     OrderStatus,
+    RejectedLine,
+    RejectionReason,
     RequestKeyTaken,
     RequestRecord,
     VersionConflict,
@@ -29,6 +32,36 @@ ON CONFLICT (caller, idempotency_key) DO UPDATE
     SET fingerprint = EXCLUDED.fingerprint, order_id = EXCLUDED.order_id,
         response = EXCLUDED.response, expires_at = EXCLUDED.expires_at
     WHERE request_keys.expires_at < clock_timestamp()
+"""
+
+
+def _rejection_column(rejection: OrderRejection | None) -> Jsonb | None:
+    return None if rejection is None else Jsonb(rejection.to_dict())
+
+
+def _rejection_from_column(stored: dict[str, Any] | None) -> OrderRejection | None:
+    if stored is None:
+        return None  # not rejected, or rejected before the reason was kept
+    return OrderRejection(
+        reason=RejectionReason(stored["reason"]),
+        lines=tuple(
+            RejectedLine(line["sku"], int(line["quantity"]), RejectionReason(line["reason"]))
+            for line in stored["lines"]
+        ),
+    )
+
+
+_INSERT_ORDER = """
+INSERT INTO orders (order_id, customer_id, currency, status, version, total_amount, created_at, updated_at,
+                    rejection)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+# A seed (sample data) never replaces an order.
+_INSERT_ORDER_UNLESS_TAKEN = """
+INSERT INTO orders (order_id, customer_id, currency, status, version, total_amount, created_at, updated_at,
+                    rejection)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (order_id) DO NOTHING
 """
 
 
@@ -66,30 +99,38 @@ class PostgresOrderRepository:
             cursor, event, max_event_bytes=self._settings.max_event_bytes, trace_header=self._trace_header()
         )
 
+    @staticmethod
+    def _insert_order(cursor: psycopg.Cursor[Any], order: Order, *, unless_taken: bool = False) -> bool:
+        """Insert the order and its lines; with `unless_taken`, nothing when an order has its id (False)."""
+        cursor.execute(
+            _INSERT_ORDER_UNLESS_TAKEN if unless_taken else _INSERT_ORDER,
+            (
+                order.order_id,
+                order.customer_id,
+                order.currency,
+                str(order.status),
+                order.version,
+                order.total_amount,
+                parse_time(order.created_at),
+                parse_time(order.updated_at),
+                _rejection_column(order.rejection),
+            ),
+        )
+        if cursor.rowcount == 0:
+            return False
+        cursor.executemany(
+            "INSERT INTO order_lines (order_id, line_no, sku, quantity, unit_price)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            [
+                (order.order_id, number, line.sku, line.quantity, line.unit_price)
+                for number, line in enumerate(order.lines, start=1)
+            ],
+        )
+        return True
+
     def create(self, order: Order, event: CloudEvent, request: RequestRecord | None) -> None:
         with self._database.transaction() as cursor:
-            cursor.execute(
-                "INSERT INTO orders (order_id, customer_id, currency, status, version, total_amount,"
-                " created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    order.order_id,
-                    order.customer_id,
-                    order.currency,
-                    str(order.status),
-                    order.version,
-                    order.total_amount,
-                    parse_time(order.created_at),
-                    parse_time(order.updated_at),
-                ),
-            )
-            cursor.executemany(
-                "INSERT INTO order_lines (order_id, line_no, sku, quantity, unit_price)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                [
-                    (order.order_id, number, line.sku, line.quantity, line.unit_price)
-                    for number, line in enumerate(order.lines, start=1)
-                ],
-            )
+            self._insert_order(cursor, order)
             self._outbox_insert(cursor, event)
             if request is not None:
                 cursor.execute(
@@ -110,7 +151,7 @@ class PostgresOrderRepository:
     def get(self, order_id: str) -> Order | None:
         with self._database.transaction() as cursor:
             cursor.execute(
-                "SELECT customer_id, currency, status, version, created_at, updated_at"
+                "SELECT customer_id, currency, status, version, created_at, updated_at, rejection"
                 " FROM orders WHERE order_id = %s",
                 (order_id,),
             )
@@ -122,7 +163,7 @@ class PostgresOrderRepository:
                 (order_id,),
             )
             lines = tuple(OrderLine(sku, quantity, unit_price) for sku, quantity, unit_price in cursor)
-        customer_id, currency, status, version, created_at, updated_at = found
+        customer_id, currency, status, version, created_at, updated_at, rejection = found
         return Order(
             order_id=order_id,
             customer_id=customer_id,
@@ -132,6 +173,7 @@ class PostgresOrderRepository:
             version=version,
             created_at=format_time(created_at),
             updated_at=format_time(updated_at),
+            rejection=_rejection_from_column(rejection),
         )
 
     def get_request(self, caller: str, idempotency_key: str) -> RequestRecord | None:
@@ -157,12 +199,14 @@ class PostgresOrderRepository:
                 if cursor.rowcount == 0:
                     raise VersionConflict(order.order_id)  # its cause was applied already
             cursor.execute(
-                "UPDATE orders SET status = %s, version = %s, updated_at = %s"
-                " WHERE order_id = %s AND version = %s",
+                # A transition without a rejection keeps the stored one, as the DynamoDB update does.
+                "UPDATE orders SET status = %s, version = %s, updated_at = %s,"
+                " rejection = COALESCE(%s, rejection) WHERE order_id = %s AND version = %s",
                 (
                     str(order.status),
                     order.version,
                     parse_time(order.updated_at),
+                    _rejection_column(order.rejection),
                     order.order_id,
                     expected_version,
                 ),
@@ -170,3 +214,10 @@ class PostgresOrderRepository:
             if cursor.rowcount == 0:
                 raise VersionConflict(order.order_id)
             self._outbox_insert(cursor, event)
+
+    # --- operations -----------------------------------------------------------------------------
+    def seed(self, order: Order) -> bool:
+        """Write `order` as it stands, with no event and no request key, unless an order has its id: what
+        a sample event refers to, for the local stack's `make invoke`. True if it was written."""
+        with self._database.transaction() as cursor:
+            return self._insert_order(cursor, order, unless_taken=True)
