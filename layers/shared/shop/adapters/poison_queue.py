@@ -27,6 +27,18 @@ POISON_KIND = "outbox-poison"
 MAX_MESSAGE_BYTES = 262_144
 
 
+def _message_text(body: dict[str, Any]) -> tuple[str, int]:
+    """The body as JSON and its size in bytes. UTF-8 as it is, unless it holds what UTF-8 cannot encode (a
+    lone surrogate, which a DynamoDB string may hold): then every non-ASCII character escaped, so the
+    record is still parked whole instead of failing its batch."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text, len(text.encode())
+    except UnicodeEncodeError:
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=True)
+        return text, len(text)
+
+
 def poison_message_body(record: PoisonRecord) -> str:
     body: dict[str, Any] = {
         "kind": POISON_KIND,
@@ -39,8 +51,8 @@ def poison_message_body(record: PoisonRecord) -> str:
         "parkedAt": format_time(now()),
         "item": record.image,
     }
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    if len(text.encode()) <= MAX_MESSAGE_BYTES:
+    text, size = _message_text(body)
+    if size <= MAX_MESSAGE_BYTES:
         return text
     del body["item"]
     if record.image.get("store") == "postgres":  # a row the polling publisher parked
@@ -49,7 +61,7 @@ def poison_message_body(record: PoisonRecord) -> str:
     else:
         body["itemOmitted"] = "larger than one queue message; read it from the table by key before its TTL"
         body["key"] = {name: record.image.get(name) for name in (keys.PK, keys.SK)}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return _message_text(body)[0]
 
 
 def checked_poison_message(body: object) -> dict[str, Any]:
