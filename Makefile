@@ -158,11 +158,16 @@ clean: ## remove build output and caches (keeps .venv and .venv-scan)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
 
 # --- operations (docs/operations.md) -----------------------------------------------------------------
-ADMIN := $(BIN)/python -m operations $(if $(STACK),--stack-name $(STACK))
+# STACK=<stack name> for a deployed stack; LOCAL=1 for the running make local (the one on PORT).
+ADMIN := $(BIN)/python -m operations $(if $(STACK),--stack-name $(STACK)) $(if $(LOCAL),--local)
 
-.PHONY: redrive redrive-poison replay seed
-redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name>)
+.PHONY: redrive redrive-dlq redrive-poison replay seed
+redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name> or LOCAL=1)
 	$(ADMIN) redrive
+
+redrive-dlq: $(STAMP) ## move a consumer's DLQ back to its queue (CONSUMER=Inventory|OrderStatus|Notification; STACK= or LOCAL=1)
+	@test -n "$(CONSUMER)" || { echo "usage: make redrive-dlq CONSUMER=Inventory|OrderStatus|Notification STACK=<stack name> (or LOCAL=1)"; exit 2; }
+	$(ADMIN) redrive-dlq --consumer $(CONSUMER)
 
 redrive-poison: $(STAMP) ## republish records the relay parked, once they decode (STACK=<stack name>)
 	$(ADMIN) redrive-poison
@@ -271,7 +276,7 @@ chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redr
 .PHONY: docs
 # The inspector's screenshot comes from a local stack of its own (DynamoDB Local: Java and npm) in headless
 # Chromium (make browser); it fails, saying why, where Chromium is missing.
-docs: $(STAMP) $(NODE_STAMP) browser ## regenerate reference tables, events table, docs/asyncapi.yaml, docs/order-database.sql and docs/images/inspector.png
+docs: $(STAMP) $(NODE_STAMP) browser ## regenerate reference tables, events table, docs/asyncapi.yaml, docs/order-database.sql and the inspector's screenshots (docs/images/inspector*.png)
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs.database_schema
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.local.inspector.screenshot docs/images/inspector.png

@@ -1,5 +1,5 @@
-"""`python -m operations redrive | redrive-poison | discard-poison | replay | recover-slot | seed ...`
-(see operations/admin.py)."""
+"""`python -m operations redrive | redrive-poison | redrive-dlq | discard-poison | replay | recover-slot |
+seed ...` (see operations/admin.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
 """Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the table,
-and (OrderStore=postgres) decide on parked rows and recover a lost replication slot.
+move a consumer dead-letter queue's messages back to its queue, and (OrderStore=postgres) decide on
+parked rows and recover a lost replication slot.
 
     python -m operations redrive --stack-name NAME            # or --queue-url/--bus
     python -m operations redrive-poison --stack-name NAME     # records the relay parked
+    python -m operations redrive-dlq --queue-url DLQ_URL      # a consumer's dead-letter queue, back to its
+        queue (or --stack-name NAME --consumer Inventory|OrderStatus|Notification; --to-queue-url URL)
     python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...] [--include-expired]
         (OrderStore=postgres: the stack's maintenance function makes the rows pending again and waits
@@ -16,7 +19,8 @@ and (OrderStore=postgres) decide on parked rows and recover a lost replication s
         (discard-poison and recover-slot are dry runs unless --execute; redrive-poison with the stack's
         name redrives each parked row of the order database from the database, whatever its message holds)
 
-Names come from the stack's outputs (--stack-name) or are given explicitly. Republishing is safe:
+Names come from the stack's outputs (--stack-name), from a running local stack's (--local, on port PORT:
+operations/local_stack.py), or are given explicitly. Republishing is safe:
 every consumer deduplicates on the CloudEvent id for the whole republish window (OutboxTtlDays).
 A queue message is deleted only when its report is complete; otherwise it stays, the report names
 what is missing, and the command exits 1. A record parked in the poison queue on the way counts as
@@ -37,6 +41,8 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from operations import local_stack
+from operations.dead_letters import NoDestination, move_messages, source_queue
 from operations.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
 from shop.adapters import aws
 from shop.adapters.eventbridge import EventPublisher
@@ -48,6 +54,9 @@ from shop.runtime.config import Settings
 
 
 def stack_outputs(stack_name: str) -> dict[str, str]:
+    local = local_stack.outputs(stack_name)  # --local: the running local stack's, from its state file
+    if local is not None:
+        return local
     stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
@@ -191,6 +200,29 @@ def redrive(args: argparse.Namespace) -> int:
     )
 
 
+def redrive_dead_letters(args: argparse.Namespace) -> int:
+    """A consumer's dead-letter queue back to its source queue (operations/dead_letters.py)."""
+    if args.queue_url:
+        dead_letter_queue = str(args.queue_url)
+    elif args.stack_name and args.consumer:
+        dead_letter_queue = stack_outputs(args.stack_name)[f"{args.consumer}DeadLetterQueueUrl"]
+    else:
+        raise SystemExit("error: give --queue-url, or --stack-name and --consumer")
+    sqs = aws.sqs()
+    try:
+        destination = args.to_queue_url or source_queue(sqs, dead_letter_queue)
+    except NoDestination as exc:
+        raise SystemExit(f"error: {exc}") from exc
+    summary = move_messages(sqs, dead_letter_queue, destination, args.max_messages)
+    print(json.dumps(summary.closing()))
+    if summary.kept:
+        print(
+            f"error: {summary.kept} message(s) kept in {dead_letter_queue}: see their 'error' above",
+            file=sys.stderr,
+        )
+    return 0 if summary.kept == 0 else 1
+
+
 def redrive_poison(args: argparse.Namespace) -> int:
     """The poison queue's messages; with OrderStore=postgres each parked row is redriven from the order
     database (whatever its message holds; marked redriven there), or with --event-id, rows by event id
@@ -318,6 +350,12 @@ def seed_stock(repository: DynamoInventoryRepository, stock: list[dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--stack-name", help="read names from this CloudFormation stack's outputs")
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="act on the running local stack (make local) on port PORT (default 3000) instead: its outputs "
+        "and endpoints (operations/local_stack.py)",
+    )
     parser.add_argument("--bus", help="event bus name (default: stack output EventBusName)")
     parser.add_argument("--poison-queue-url", help="default: stack output RelayPoisonQueueUrl")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -325,6 +363,21 @@ def main(argv: list[str] | None = None) -> int:
     p_redrive.add_argument("--queue-url", help="default: stack output RelayDeadLetterQueueUrl")
     p_redrive.add_argument("--max-messages", type=int, default=1000)
     p_redrive.set_defaults(run=redrive)
+    p_dlq = commands.add_parser(
+        "redrive-dlq",
+        help="move a consumer dead-letter queue's messages back to its queue (as SQS's DLQ redrive does)",
+    )
+    p_dlq.add_argument("--queue-url", help="the dead-letter queue")
+    p_dlq.add_argument(
+        "--consumer",
+        help="with --stack-name: the consumer whose dead-letter queue it is (stack output "
+        "<consumer>DeadLetterQueueUrl: Inventory, OrderStatus, Notification)",
+    )
+    p_dlq.add_argument(
+        "--to-queue-url", help="where to move them (default: the queue whose dead-letter queue it is)"
+    )
+    p_dlq.add_argument("--max-messages", type=int, default=1000)
+    p_dlq.set_defaults(run=redrive_dead_letters)
     p_poison = commands.add_parser(
         "redrive-poison", help="republish records the relay parked (after fixing why they failed)"
     )
@@ -395,4 +448,6 @@ def main(argv: list[str] | None = None) -> int:
     p_seed.add_argument("--file", default="tools/local/seed.json", help='{"stock": [{"sku", "available"}]}')
     p_seed.set_defaults(run=seed)
     args = parser.parse_args(argv)
+    if args.local:
+        local_stack.use_local_stack(args)
     return int(args.run(args))

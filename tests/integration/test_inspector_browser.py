@@ -6,8 +6,9 @@ there is no Chromium (CHROMIUM=<path> points elsewhere than /usr/bin/chromium).
   every hop of the saga in order, each with its outcome, event and retries.
 - A record the relay parked (the bus refused it) shows in the poison queue view; the page's redrive runs
   `python -m operations redrive-poison`, which republishes it, and shows the command's report, including
-  the message it had to keep. A redrive with nothing to redrive says so.
+  the message it had to keep. A queue with nothing to redrive has no button.
 - An unknown order id gets a clear message.
+- A thread of the stack that stopped or restarted shows as a banner (GET /_local/api/health).
 
 With CI=true a missing Chromium fails the run instead (the first test here, saying why): a CI run that
 skipped these tests would pass a page nobody opened.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
@@ -120,10 +121,10 @@ def test_an_order_placed_through_the_api_appears_live_with_every_hop_in_order(
     hops = [(r.get_attribute("data-function"), r.get_attribute("data-event-type")) for r in rows(page).all()]
     assert hops == SAGA
     assert [r.get_attribute("data-outcome") for r in rows(page).all()] == ["ok"] * len(SAGA)
-    # Parents from the trace headers, as X-Ray draws them: every hop of the saga hangs under the API's
-    # invocation (the relay's publications continue its trace, child; the consumers' invocations are
-    # linked to it through their message's AWSTraceHeader); the SNS publication under its consumer.
-    assert [r.get_attribute("data-depth") for r in rows(page).all()] == ["0"] + ["1"] * 6 + ["2"]
+    # Parents from the trace headers, as X-Ray draws them: the relay's publications continue the API's
+    # trace (child); each consumer's invocation is linked to the trace on its message, which the
+    # publication of its event put there; the SNS publication under its consumer.
+    assert [r.get_attribute("data-depth") for r in rows(page).all()] == ["0", *["1", "2"] * 3, "3"]
     assert [r.get_attribute("data-relation") for r in rows(page).all()] == [
         "",
         *["child", "linked"] * 3,
@@ -268,9 +269,46 @@ def test_a_parked_record_shows_in_the_poison_queue_and_a_redrive_from_the_page_r
         ("NotificationTopic", "ok", refused.id),
     ]
 
-    # Nothing in the relay dead-letter queue: its redrive says so.
+    # Nothing in the relay dead-letter queue: no button to redrive it.
     page.goto(f"{stack.inspector_url}#/queues")
-    redrive_from_the_page(page, "redrive")
-    expect(report.get_by_test_id("action-message")).to_contain_text(
-        "nothing_to_redrive nothing to redrive: RelayDeadLetterQueue holds no message", timeout=COMMAND_MS
+    dead_letters = page.locator('[data-testid="queue-card"][data-queue="RelayDeadLetterQueue"]')
+    expect(dead_letters.get_by_test_id("queue-visible")).to_have_text("0")
+    expect(dead_letters.get_by_test_id("action-redrive")).to_have_count(0)
+
+
+# --- the stack's threads --------------------------------------------------------------------------------
+def test_a_stopped_or_restarted_thread_of_the_stack_shows_as_a_banner(
+    local_stack: LocalStack, page: Page
+) -> None:
+    """GET /_local/api/health as the stack answers it (all well: no banner), then answered by the test
+    (Playwright's route): a thread that stopped and one that restarted; a stack without the endpoint (404)."""
+    from playwright.sync_api import Route, expect
+
+    banner = page.get_by_test_id("health-banner")
+    page.goto(local_stack.inspector_url)
+    expect(page.locator("#updated")).to_contain_text("updated")
+    expect(banner).to_be_hidden()
+
+    threads = [
+        {"name": "stream-OrdersTable", "alive": False, "restarts": 0, "error": "RecursionError: too deep"},
+        {"name": "queue-InventoryQueue", "alive": True, "restarts": 2, "error": "ValueError: bad record"},
+        {"name": "topic-NotificationTopic", "alive": True, "restarts": 0, "error": None},
+    ]
+    answer: dict[str, Any] = {"status": 200, "json": {"threads": threads}}
+
+    def health(route: Route) -> None:
+        route.fulfill(**answer)
+
+    page.route("**/_local/api/health", health)
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("The stack is not running whole")
+    troubled = banner.get_by_test_id("health-thread")
+    expect(troubled).to_have_count(2)  # the healthy one is not listed
+    expect(troubled.nth(0)).to_have_text("stream-OrdersTable stopped — last error: RecursionError: too deep")
+    expect(troubled.nth(1)).to_have_text(
+        "queue-InventoryQueue restarted 2 time(s) — last error: ValueError: bad record"
     )
+
+    answer.update(status=404, json={"error": {"code": "not_found", "message": "no inspector endpoint"}})
+    expect(banner).to_be_hidden()
+    expect(page.get_by_test_id("error-banner")).to_be_hidden()  # a stack without the endpoint is no error

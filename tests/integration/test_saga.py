@@ -96,16 +96,26 @@ def test_an_order_with_stock_is_confirmed_and_notified_once(saga_stack: LocalSta
     assert [m["type"] for m in notifications(saga_stack, order["orderId"])] == ["OrderConfirmed"]
 
 
-def test_an_order_for_missing_stock_is_rejected_and_nothing_is_reserved(
+def test_an_order_for_missing_stock_is_rejected_saying_why_and_nothing_is_reserved(
     saga_stack: LocalStack, inventory, sku
 ):
     plenty, scarce = sku(10), sku(1)
+    unknown = f"SKU-IT-NEVER-STOCKED-{uuid.uuid4().hex[:10]}"
 
-    order = place(saga_stack, [(plenty, 1), (scarce, 2)])
+    order = place(saga_stack, [(plenty, 1), (scarce, 2), (unknown, 1)])
 
-    status_becomes(saga_stack, order["orderId"], "REJECTED")
+    rejected = status_becomes(saga_stack, order["orderId"], "REJECTED")
     assert (inventory.available(plenty), inventory.available(scarce)) == (10, 1)
     assert len(notified(saga_stack, order["orderId"], "OrderRejected")) == 1
+    # GET names the reason and each line refused (kept by the order store: DynamoDB, or PostgreSQL)
+    refused = {scarce: (2, "INSUFFICIENT_STOCK"), unknown: (1, "UNKNOWN_SKU")}
+    assert rejected["rejection"] == {
+        "reason": "UNKNOWN_SKU",
+        "lines": [
+            {"sku": name, "quantity": quantity, "reason": reason}
+            for name, (quantity, reason) in sorted(refused.items())
+        ],
+    }
 
 
 def test_a_cancelled_order_gets_its_stock_back_and_the_customer_is_told(

@@ -26,46 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import SAMPLE_EVENTS
 from tests.support.sam_local import NO_CONTAINER_RUNTIME, SamRun, recording_sam
 from tools.template import ROOT, Template
 
 SAM = str(Path(sys.executable).with_name("sam"))
 BUILD = ROOT / ".aws-sam" / "build"
 STORES = {"dynamodb": [], "postgres": ["--parameter-overrides", "OrderStore=postgres"]}
-# Each sample event and the function it is shaped for.
-SAMPLE_EVENTS = {
-    "OrdersApiFunction": [
-        "api_create_order.json",
-        "api_get_order.json",
-        "api_cancel_order.json",
-        "api_create_order_invalid_fields.json",
-        "api_create_order_malformed_json.json",
-        "api_create_order_wrong_content_type.json",
-    ],
-    "OutboxRelayFunction": [
-        "relay_outbox_insert_batch.json",
-        "relay_mixed_batch.json",
-        "relay_poison_record.json",
-    ],
-    "InventoryFunction": [
-        "sqs_inventory_order_created.json",
-        "sqs_inventory_order_cancelled.json",
-        "sqs_inventory_duplicate.json",
-        "sqs_inventory_malformed_batch.json",
-    ],
-    "OrderStatusFunction": [
-        "sqs_order_status_inventory_reserved.json",
-        "sqs_order_status_inventory_rejected.json",
-    ],
-    "NotificationFunction": [
-        "sqs_notification_order_confirmed.json",
-        "sqs_notification_order_rejected.json",
-        "sqs_notification_order_cancelled.json",
-    ],
-    "OutboxPublisherFunction": ["scheduler_tick.json"],  # EventBridge Scheduler's Input: none, so {}
-    "OrderStoreMaintenanceFunction": ["scheduler_tick.json"],
-    "OrderDatabaseMigrationFunction": ["cfn_order_database_schema_update.json"],
-}
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,41 @@ from tools.template import ROOT, FunctionSpec
 
 EVENTS_DIR = ROOT / "events"
 
+# Each sample event of events/ and the function it is shaped for (test_sam_local checks it is every one).
+SAMPLE_EVENTS: dict[str, list[str]] = {
+    "OrdersApiFunction": [
+        "api_create_order.json",
+        "api_get_order.json",
+        "api_cancel_order.json",
+        "api_create_order_invalid_fields.json",
+        "api_create_order_malformed_json.json",
+        "api_create_order_wrong_content_type.json",
+    ],
+    "OutboxRelayFunction": [
+        "relay_outbox_insert_batch.json",
+        "relay_mixed_batch.json",
+        "relay_poison_record.json",
+    ],
+    "InventoryFunction": [
+        "sqs_inventory_order_created.json",
+        "sqs_inventory_order_cancelled.json",
+        "sqs_inventory_duplicate.json",
+        "sqs_inventory_malformed_batch.json",
+    ],
+    "OrderStatusFunction": [
+        "sqs_order_status_inventory_reserved.json",
+        "sqs_order_status_inventory_rejected.json",
+    ],
+    "NotificationFunction": [
+        "sqs_notification_order_confirmed.json",
+        "sqs_notification_order_rejected.json",
+        "sqs_notification_order_cancelled.json",
+    ],
+    "OutboxPublisherFunction": ["scheduler_tick.json"],  # EventBridge Scheduler's Input: none, so {}
+    "OrderStoreMaintenanceFunction": ["scheduler_tick.json"],
+    "OrderDatabaseMigrationFunction": ["cfn_order_database_schema_update.json"],
+}
+
 
 def load_event(name: str) -> dict[str, Any]:
     """A sample event from events/ (a fresh copy each time, so tests may edit it)."""

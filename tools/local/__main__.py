@@ -2,8 +2,10 @@
 `python -m tools.local invoke FUNCTION EVENT`: run one function.
 
 Settings come from the environment, as the Makefile passes them:
-    PORT=3000          API port (0: any free port)
-    PERSIST=1          keep DynamoDB data in .local-data/dynamodb between runs
+    PORT=3000          API port (0: any free port); also which running stack `invoke` uses. A stack's
+                       state (logs, data, stack.json) is in .local-data/, or .local-data/port-<PORT>/
+                       on another port (tools/local/stack_state.py)
+    PERSIST=1          keep DynamoDB data in <state dir>/dynamodb between runs
     DYNAMODB_PORT, MOTO_PORT   fixed service ports (default: any free port)
     LOGS=1             also print the functions' own log lines
     FRESH_WORKERS=1    start each function in a fresh interpreter instead of forking the fork server
@@ -23,21 +25,31 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
 
 from tools.local.console.render import Console
 from tools.local.console.summary import startup_summary
-from tools.local.invoke import invoke, write_state
-from tools.local.processes import StartupError
+from tools.local.invoke import invoke
+from tools.local.processes import StartupError, free_port
 from tools.local.runtime.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
 from tools.local.sam_env import SamEnvironment
 from tools.local.services.container_gateway import LISTEN_VARIABLE, ContainerAccess
-from tools.local.stack import DEFAULT_DATA_DIR, LocalStack, StackOptions
-from tools.template import Template, TemplateError
+from tools.local.stack import LocalStack, StackOptions
+from tools.local.stack_state import (
+    DEFAULT_PORT,
+    StateLock,
+    remove_state,
+    running_ports,
+    state_dir,
+    state_file,
+    write_state,
+)
+from tools.local.supervision import describe_error
+from tools.template import ROOT, Template, TemplateError
 
-STATE_FILE = DEFAULT_DATA_DIR / "stack.json"
 _WATCH_SECONDS = 0.5
 
 
@@ -52,9 +64,15 @@ def _env_int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
-def _options() -> StackOptions:
+def _port() -> int:
+    """PORT (default 3000); 0 picks a free port now, so the stack's state directory is named after it."""
+    return _env_int("PORT", DEFAULT_PORT) or free_port()
+
+
+def _options(port: int) -> StackOptions:
     return StackOptions(
-        api_port=_env_int("PORT", 3000),
+        api_port=port,
+        data_dir=state_dir(port),
         dynamodb_port=_env_int("DYNAMODB_PORT", 0),
         moto_port=_env_int("MOTO_PORT", 0),
         persist=os.environ.get("PERSIST", "") not in {"", "0"},
@@ -84,9 +102,41 @@ def _raise_exit(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+class _DeadThreads:
+    """threading.excepthook for `make local`: a thread of the stack that dies outside supervision (the API's,
+    a log pump, a forwarder: tools/local/supervision.py restarts the others) is printed at once, and the
+    stack then stops with exit status 1; none of them can be restarted from outside."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self.died: list[str] = []
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else "?"
+        error = describe_error(args.exc_value) if args.exc_value is not None else args.exc_type.__name__
+        self.died.append(f"thread {name} died: {error}")
+        self._console.print(self._console.paint(f"error: thread {name} died: {error}", "\033[31m"))
+
+
 def run() -> int:
     console = Console()
-    stack = LocalStack(_template(), options=_options(), console=console)
+    port = _port()
+    lock = StateLock(state_dir(port))
+    try:
+        lock.acquire()
+    except StartupError as exc:
+        console.print(console.paint(f"error: {exc}", "\033[31m"))
+        return 1
+    try:
+        return _run(console, port)
+    finally:
+        lock.release()
+
+
+def _run(console: Console, port: int) -> int:
+    stack = LocalStack(_template(), options=_options(port), console=console)
+    dead_threads = _DeadThreads(console)
+    threading.excepthook = dead_threads
     # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (e.g. from a script with &);
     # SIGTERM and SIGHUP unwind the same way, so the finally below stops every child.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -104,12 +154,14 @@ def run() -> int:
     except KeyboardInterrupt:
         return 130
     sam: SamEnvironment | None = None
+    state = state_file(port)
     try:
         sam = _sam_environment(stack, console)
-        return _serve(stack, console, sam)
+        return _serve(stack, console, sam, state, dead_threads.died)
     finally:
+        console.flush(_WATCH_SECONDS)
         console.print("stopping …")
-        STATE_FILE.unlink(missing_ok=True)
+        remove_state(state)
         if sam is not None:
             sam.stop()
         stack.stop()
@@ -135,19 +187,52 @@ def _sam_environment(stack: LocalStack, console: Console) -> SamEnvironment | No
     return sam
 
 
-def _serve(stack: LocalStack, console: Console, sam: SamEnvironment | None = None) -> int:
-    """Show the summary, then watch the services until Ctrl-C (0) or a service dies (1)."""
+def _serve(
+    stack: LocalStack,
+    console: Console,
+    sam: SamEnvironment | None,
+    state: Path,
+    dead_threads: list[str],
+) -> int:
+    """Show the summary, then watch until Ctrl-C (0), or until a service or a thread dies for good (1)."""
     for line in startup_summary(stack, console, sam):
         console.print(line)
-    write_state(stack, STATE_FILE)
+    write_state(stack, state)
     try:
-        while stack.services.alive():
+        while stack.services.alive() and not stack.failed_threads() and not dead_threads:
             time.sleep(_WATCH_SECONDS)
     except KeyboardInterrupt:
         return 0
-    died = "error: a local service exited unexpectedly; see .local-data/logs"
-    console.print(console.paint(died, "\033[31m"))
+    console.flush(_WATCH_SECONDS)  # the failure's own lines first
+    for reason in _why_stopped(stack, dead_threads):
+        console.print(console.paint(f"error: {reason}", "\033[31m"))
     return 1
+
+
+def _why_stopped(stack: LocalStack, dead_threads: list[str]) -> list[str]:
+    logs = stack.options.log_dir
+    where = logs.relative_to(ROOT) if logs.is_relative_to(ROOT) else logs
+    reasons = [
+        f"thread {thread.name} failed too often to be restarted (last: {thread.error}): the stack stops"
+        for thread in stack.failed_threads()
+    ]
+    reasons += [f"{death}: the stack stops" for death in dead_threads]
+    if not stack.services.alive():
+        reasons.append(f"a local service exited unexpectedly; see {where}")
+    return reasons
+
+
+def _invoke(function: str, event: Path) -> int:
+    """`make invoke`: against the stack running on PORT, if any (said when one runs on another port)."""
+    port = _env_int("PORT", DEFAULT_PORT)
+    elsewhere = [p for p in running_ports() if p != port]
+    if elsewhere and port not in running_ports():
+        ports = ", ".join(str(p) for p in elsewhere)
+        print(
+            f"note: no local stack on port {port}; one runs on {ports} (PORT={elsewhere[0]} to use it)",
+            file=sys.stderr,
+        )
+    return invoke(function, event, state_file(port))
 
 
 def main(argv: list[str]) -> int:
@@ -160,7 +245,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "invoke":
-            return invoke(args.function, args.event, STATE_FILE)
+            return _invoke(args.function, args.event)
         return run()
     except (StartupError, TemplateError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,57 +1,65 @@
 """`make invoke`: run one function with an event file, against the running local stack if there is one.
 
-The running `make local` writes its endpoints to a state file; an invocation then runs the function
+The running `make local` writes its endpoints to the state file of its port (tools/local/stack_state.py;
+`python -m tools.local invoke` is given the one of PORT); an invocation then runs the function
 in a fresh environment of its own, pointed at those services (like `sam local invoke -e` against a
 shared backend). Without a running stack, one is started for the call (services, resources, seeds,
-that one function) and stopped afterwards.
+that one function) and stopped afterwards. Either way, the orders the event names are written first
+where the stack lacks them (invoke_seeds.py), so that what the function writes goes through the saga
+instead of into a dead-letter queue. An event file that is missing or not JSON is one line, exit 2.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from tools.local.console.render import Console
-from tools.local.processes import accepts_connections
+from tools.local.invoke_seeds import seed_named_orders
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult, function_environment
 from tools.local.services.emulators import Endpoints
 from tools.local.stack import LocalStack, StackOptions
+from tools.local.stack_state import running_stack, write_state
 from tools.template import Template
 
-
-def write_state(stack: LocalStack, path: Path) -> None:
-    """Record a running stack's endpoints, so `make invoke` can use its services."""
-    state = {
-        "pid": os.getpid(),
-        "stack_name": stack.template.stack_name,
-        "data_dir": str(stack.options.data_dir),
-        "endpoints": {"dynamodb": stack.endpoints.dynamodb, "moto": stack.endpoints.moto},
-        "api_url": stack.api_url if stack.api is not None else None,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state, indent=2))
-
-
-def running_stack(path: Path) -> dict[str, Any] | None:
-    """The state of a running stack, if one is up (a stale file from a killed stack is ignored)."""
-    try:
-        state = json.loads(path.read_text())
-        os.kill(int(state["pid"]), 0)
-        ports = [int(url.rsplit(":", 1)[1]) for url in state["endpoints"].values()]
-    except (OSError, ValueError, KeyError, AttributeError):
-        return None
-    return state if all(accepts_connections(port) for port in ports) else None
+# write_state stays importable from here, where it was.
+__all__ = ["invoke", "running_stack", "write_state"]
 
 
 def _print_log_line(function: str, line: str) -> None:
     print(f"{function} | {line}", file=sys.stderr)
 
 
-def _invoke_against(state: dict[str, Any], function: str, event: Any) -> InvocationResult:
-    template = Template.load(stack_name=str(state["stack_name"]))
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+class EventFileError(Exception):
+    """The event file cannot be read as JSON; the message says why, in one line."""
+
+
+def read_event(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EventFileError(f"no event file {path}") from None
+    except IsADirectoryError:
+        raise EventFileError(f"{path} is a directory, not an event file") from None
+    except UnicodeDecodeError as exc:
+        raise EventFileError(f"{path} is not JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise EventFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:  # JSONDecodeError says where; an integer past the digit limit says that
+        raise EventFileError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise EventFileError(f"{path} is not JSON this reader can take: nested too deep") from None
+
+
+def _invoke_against(state: dict[str, Any], template: Template, function: str, event: Any) -> InvocationResult:
     spec = template.function(function)
     physical = template.physical_name(function)
     runtime = FunctionRuntime(
@@ -77,17 +85,28 @@ def invoke(function: str, event_path: Path, state_file: Path) -> int:
             file=sys.stderr,
         )
         return 2
-    event = json.loads(event_path.read_text())
+    try:
+        event = read_event(event_path)
+    except EventFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     state = running_stack(state_file)
     if state is not None:
         print(f"invoking {function} against the running local stack", file=sys.stderr)
-        result = _invoke_against(state, function, event)
+        running = Template.load(stack_name=str(state["stack_name"]))
+        seed_named_orders(event, event_path, running, Endpoints(**state["endpoints"]), _say)
+        result = _invoke_against(state, running, function, event)
     else:
         print(f"no local stack is running: starting one for this call ({function})", file=sys.stderr)
         options = StackOptions(
-            api_port=0, serve=False, only_functions=frozenset({function}), echo_function_logs=True
+            api_port=0,
+            serve=False,
+            only_functions=frozenset({function}),
+            echo_function_logs=True,
+            data_dir=state_file.parent,  # the state directory of the port asked for, not another stack's
         )
         with LocalStack(template, options, console=Console(sys.stderr)) as stack:
+            seed_named_orders(event, event_path, stack.template, stack.endpoints, _say)
             result = stack.invoke(function, event)
     output = result.error.to_payload() if result.error is not None else result.payload
     print(json.dumps(output, indent=2))

@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.console.render import Console
+from tools.local.console.reports import FunctionReports
 from tools.local.gateway.server import LOCAL_PREFIX, ApiServer, RouteTable
 from tools.local.inspector.api import inspector_for
 from tools.local.pollers.checkpoints import CheckpointStore
@@ -45,6 +46,7 @@ from tools.local.services.emulators import AwsClients, Endpoints, LocalServices
 from tools.local.services.order_database import DatabaseLocation
 from tools.local.services.provisioning import SEED_FILE, Provisioner, ProvisioningReport
 from tools.local.services.topics import TopicWatcher
+from tools.local.supervision import SupervisedThread, ThreadHealth
 from tools.template import ROOT, Template
 
 DEFAULT_DATA_DIR = ROOT / ".local-data"
@@ -111,10 +113,14 @@ class LocalStack:
         )
         self.clients = AwsClients(self.services.endpoints)
         self.activity = ActivityLog()
+        # What the functions say about each record in their own log lines (why it failed, parked, ignored).
+        self.reports = FunctionReports()
+        self.sources: EventSources = read_event_sources(self.template)
         self.console = console
         if console is not None:
+            console.use_reports(self.reports, frozenset(s.function for s in self.sources.schedules))
+            console.printer.report_failures_to(self._thread_failed)
             self.activity.subscribe(console.on_entry)
-        self.sources: EventSources = read_event_sources(self.template)
         self.report = StartupReport()
         self.functions: dict[str, FunctionRuntime] = {}
         self.api: ApiServer | None = None
@@ -175,6 +181,8 @@ class LocalStack:
         # What CloudFormation runs before the stack is complete: the order database's migrations.
         self.report.custom_resources = create_custom_resources(self.template, self.functions)
         if self.options.serve:
+            if self.console is not None:
+                self.console.printer.ensure_started()  # a supervised thread from now on (thread_health)
             self._start_event_sources()
             if self.api is not None:
                 self.api.start()
@@ -194,6 +202,8 @@ class LocalStack:
         for poller in self._pollers:
             poller.join(_JOIN_SECONDS)
         self._pollers.clear()
+        if self.console is not None:
+            self.console.flush(_JOIN_SECONDS)  # the hop lines of what ran, before the stack says it stopped
         if self._owns_services:
             self.services.stop()
         else:
@@ -286,7 +296,7 @@ class LocalStack:
                 self.template.physical_name(logical_id),
                 environments[logical_id],
                 self.options.log_dir / f"{logical_id}.log",
-                echo=self._echo if self.options.echo_function_logs else None,
+                echo=self._on_log_line,
                 tracing=self._tracing(logical_id),
                 launcher=launcher,
                 max_concurrency=(
@@ -307,9 +317,16 @@ class LocalStack:
     def _global(self, name: str) -> Any:
         return self.template.resolve(self.template.data.get("Globals", {}).get("Function", {}).get(name))
 
-    def _echo(self, function: str, line: str) -> None:
-        if self.console is not None:
-            self.console.print(self.console.paint(f"    {function} | {line}", "\033[2m"))
+    def _on_log_line(self, function: str, line: str) -> None:
+        """Each line a function writes, from its log pump's thread (neither call raises): the reports it
+        makes, and the line itself on the console with LOGS=1."""
+        self.reports.on_log_line(function, line)
+        if self.options.echo_function_logs and self.console is not None:
+            self.console.post(self.console.paint(f"    {function} | {line}", "\033[2m"))
+
+    def _thread_failed(self, thread: str, what: str) -> None:
+        """A supervised thread's failure (tools/local/supervision.py): at once on the console, as an error."""
+        self.activity.notice("error", "threads", f"thread {thread} {what}", {"thread": thread})
 
     def _start_event_sources(self) -> None:
         sqs = self.clients.sqs()
@@ -366,9 +383,25 @@ class LocalStack:
         for topic, queue_url in self.report.provisioning.console_queues.items():
             self._pollers.append(TopicWatcher(topic, queue_url, sqs, self.activity))
         for poller in self._pollers:
+            poller.report_failures_to(self._thread_failed)
             poller.start()
 
     # --- for people and tests ---------------------------------------------------------------------
+    def threads(self) -> list[SupervisedThread]:
+        """The stack's supervised threads: each poller and topic watcher, and the console's printer."""
+        found: list[SupervisedThread] = list(self._pollers)
+        if self.console is not None:
+            found.append(self.console.printer)
+        return found
+
+    def thread_health(self) -> list[ThreadHealth]:
+        """Each supervised thread's health (GET /_local/api/health)."""
+        return [thread.health() for thread in self.threads()]
+
+    def failed_threads(self) -> list[ThreadHealth]:
+        """The threads that failed too often to be restarted: the stack has failed (make local exits 1)."""
+        return [thread.health() for thread in self.threads() if thread.failed]
+
     @property
     def endpoints(self) -> Endpoints:
         return self.services.endpoints

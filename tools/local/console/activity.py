@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tools.local.runtime.functions import InvocationResult
+from tools.local.supervision import describe_error
 
 Trigger = Literal["api", "dynamodb", "sqs", "schedule", "direct"]
 Level = Literal["info", "warning", "error"]
@@ -31,6 +33,11 @@ class Invocation:
     def records(self) -> list[dict[str, Any]]:
         records = self.event.get("Records", []) if isinstance(self.event, dict) else []
         return [r for r in records if isinstance(r, dict)]
+
+
+# The details key of a queue poller's notice of a message its queue's redrive policy moves to the
+# dead-letter queue: {"queue", "deadLetterQueue", "receiveCount", "maxReceiveCount", "record"}.
+DEAD_LETTERED = "deadLettered"
 
 
 @dataclass(frozen=True)
@@ -59,12 +66,18 @@ Listener = Callable[[Entry], None]
 
 
 class ActivityLog:
-    """A bounded, thread-safe record of invocations and notices, with listeners (the console)."""
+    """A bounded, thread-safe record of invocations and notices, with listeners (the console).
+
+    Entries are added from the pollers' and the API's threads, which call every listener: a listener
+    that raises is reported (an error notice) and never reaches the thread that added the entry, so no
+    listener can stop a poller or lose an API answer.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._entries: deque[Entry] = deque(maxlen=_KEEP_ENTRIES)
         self._listeners: list[Listener] = []
+        self._reporting = threading.local()  # set while a listener's failure is being reported
 
     def subscribe(self, listener: Listener) -> None:
         with self._lock:
@@ -75,8 +88,27 @@ class ActivityLog:
             self._entries.append(entry)
             listeners = list(self._listeners)
             self._lock.notify_all()
+        failures: list[tuple[Listener, Exception]] = []
         for listener in listeners:
-            listener(entry)
+            try:
+                listener(entry)
+            except Exception as exc:  # noqa: BLE001 - a listener's bug is reported, never the caller's
+                failures.append((listener, exc))
+        for failed, error in failures:  # once every listener has the entry
+            self._listener_failed(failed, entry, error)
+
+    def _listener_failed(self, listener: Listener, entry: Entry, exc: Exception) -> None:
+        name = getattr(listener, "__qualname__", type(listener).__name__)
+        message = f"listener {name} failed on {type(entry).__name__}: {describe_error(exc)}"
+        if getattr(self._reporting, "active", False):
+            # It failed on the report of a failure too: say it once on stderr, do not loop.
+            sys.stderr.write(f"local stack: {message}\n")
+            return
+        self._reporting.active = True
+        try:
+            self.notice("error", "activity", message)
+        finally:
+            self._reporting.active = False
 
     def notice(
         self, level: Level, component: str, message: str, details: dict[str, Any] | None = None

@@ -1,21 +1,33 @@
-"""What a person sees: the start-up summary, then one line per hop as events flow.
+"""What a person sees: one line per hop as events flow (the start-up summary is summary.py).
 
-Hop lines are derived from the invocations themselves (function, the events in the records, the
-result), never from the functions' logs. Records are described by the CloudEvents envelope they
-carry when there is one (in an outbox item, an EventBridge event or an SNS message), so a line reads
+Hop lines are derived from the invocations themselves (function, the events in the records, the result).
+What the functions said about each record in their own log lines (console/reports.py) adds what the
+answer does not carry: why a record failed, which record was parked in the poison queue, which events a
+consumer ignored. The queue pollers' notices add the messages dead-lettered by their queue's redrive
+policy. Records are described by the CloudEvents envelope they carry when there is one (in an outbox
+item, an EventBridge event or an SNS message), so a line reads
 `OutboxRelay  OrdersTable  OrderCreated o-123  ok`.
+
+Every piece taken from a record goes through console/text.py, so no record can make a line fail, and an
+entry that still cannot be rendered prints a line saying so. Lines are written by the console's printer
+thread (console/printer.py): a poller that adds an entry never waits for the terminal, nor fails with it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
+import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
-from tools.local.console.activity import Entry, Invocation, Notice, Publication
+from tools.local.console.activity import DEAD_LETTERED, Entry, Invocation, Notice, Publication
+from tools.local.console.printer import ConsolePrinter
+from tools.local.console.reports import FunctionReports, RecordReport
+from tools.local.console.text import encodable, json_object, shown
+from tools.local.supervision import describe_error
 
 _RED, _YELLOW, _GREEN, _DIM, _BOLD, _RESET = (
     "\033[31m",
@@ -26,21 +38,13 @@ _RED, _YELLOW, _GREEN, _DIM, _BOLD, _RESET = (
     "\033[0m",
 )
 _MAX_RECORD_LINES = 20
+_MAX_PAYLOAD_FIELDS = 12
 _LABEL_WIDTH = 18
+_MAX_ERROR_CHARS = 300
 
 
 def short_name(logical_id: str) -> str:
     return logical_id.removesuffix("Function") or logical_id
-
-
-def _json_object(text: Any) -> dict[str, Any] | None:
-    if not isinstance(text, str) or not text.startswith("{"):
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _cloud_event(document: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -55,49 +59,79 @@ def _cloud_event(document: dict[str, Any] | None) -> dict[str, Any] | None:
             "id": document.get("id"),
         }
     if document.get("Type") == "Notification":  # SNS envelope
-        return _cloud_event(_json_object(document.get("Message")))
+        return _cloud_event(json_object(document.get("Message")))
     return None
 
 
-def _describe_image(image: dict[str, Any]) -> dict[str, Any] | None:
+def _string(attribute: Any) -> str | None:
+    """The value of a DynamoDB string attribute ({"S": ...}), if it is one."""
+    value = attribute.get("S") if isinstance(attribute, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _outbox_event(image: dict[str, Any]) -> dict[str, Any] | None:
+    """The event of an outbox item: its envelope, else (a poison item's envelope being unreadable) its
+    eventId, eventType and aggregateId attributes (shop/adapters/outbox_items.py)."""
     for value in image.values():
-        if isinstance(value, dict):
-            found = _cloud_event(_json_object(value.get("S")))
-            if found is not None:
-                return found
-    return None
+        found = _cloud_event(json_object(_string(value)))
+        if found is not None:
+            return found
+    attributes = {
+        "id": _string(image.get("eventId")),
+        "type": _string(image.get("eventType")),
+        "subject": _string(image.get("aggregateId")),
+    }
+    return attributes if attributes["id"] or attributes["type"] else None
 
 
 def _summary(document: dict[str, Any]) -> str | None:
     """Type and subject of a message (its subject, or its first *Id field other than its own id)."""
     kind = document.get("type") or document.get("eventType") or document.get("detail-type")
     subject = document.get("subject") or next(
-        (v for k, v in document.items() if k.endswith("Id") and k not in {"eventId", "messageId"}), None
+        (v for k, v in document.items() if str(k).endswith("Id") and k not in {"eventId", "messageId"}), None
     )
-    text = " ".join(str(part) for part in (kind, subject) if part)
+    text = " ".join(shown(part) for part in (kind, subject) if part)
     return text or None
 
 
-def describe_record(record: dict[str, Any]) -> tuple[str, str]:
-    """(what the record carries, the id to quote when it fails)."""
-    event: dict[str, Any] | None = None
-    if "dynamodb" in record:
-        dynamodb = record["dynamodb"]
-        event = _describe_image(dynamodb.get("NewImage") or dynamodb.get("OldImage") or {})
-        fallback = " ".join(
-            f"{name}={next(iter(value.values()))}" for name, value in (dynamodb.get("Keys") or {}).items()
+@dataclass(frozen=True)
+class RecordView:
+    what: str  # what the record carries
+    quoted_id: str  # the id to quote when it fails: its event's, else the record's own
+    event_id: str | None  # the CloudEvent id it carries, if any
+
+
+def describe_record(record: dict[str, Any]) -> RecordView:
+    """A record of a stream or queue event, as a line shows it; any record, however malformed."""
+    stream = record.get("dynamodb")
+    if isinstance(stream, dict):
+        image = stream.get("NewImage") or stream.get("OldImage")
+        event = _outbox_event(image) if isinstance(image, dict) else None
+        keys = stream.get("Keys")
+        shown_keys = " ".join(
+            f"{shown(name, 40)}={shown(next(iter(value.values()), ''), 40)}"
+            for name, value in (keys.items() if isinstance(keys, dict) else ())
+            if isinstance(value, dict)
         )
-        fallback = f"{record.get('eventName', '?')} {fallback}"
-        fallback_id = str(dynamodb.get("SequenceNumber", ""))
+        fallback = f"{shown(record.get('eventName', '?'))} {shown_keys}".strip()
+        fallback_id = shown(stream.get("SequenceNumber", ""))
     else:
-        event = _cloud_event(_json_object(record.get("body")))
-        body = str(record.get("body", ""))
-        fallback = body[:60] + ("…" if len(body) > 60 else "")
-        fallback_id = str(record.get("messageId", ""))
+        event = _cloud_event(json_object(record.get("body")))
+        fallback = shown(record.get("body", ""), 60)
+        fallback_id = shown(record.get("messageId", ""))
     if event is None:
-        return fallback, fallback_id
-    text = " ".join(str(part) for part in (event.get("type"), event.get("subject")) if part)
-    return text or fallback, str(event.get("id") or fallback_id)
+        return RecordView(fallback, fallback_id, None)
+    event_id = event.get("id") if isinstance(event.get("id"), str) and event.get("id") else None
+    text = " ".join(shown(part) for part in (event.get("type"), event.get("subject")) if part)
+    return RecordView(text or fallback, shown(event_id) if event_id else fallback_id, event_id)
+
+
+def record_key(record: dict[str, Any]) -> str | None:
+    """The id a batch response names a record by: an SQS messageId or a stream SequenceNumber."""
+    if isinstance(record.get("messageId"), str):
+        return str(record["messageId"])
+    stream = record.get("dynamodb")
+    return str(stream.get("SequenceNumber")) if isinstance(stream, dict) else None
 
 
 class Console:
@@ -106,31 +140,68 @@ class Console:
         if color is None:
             color = stream.isatty() and "NO_COLOR" not in os.environ
         self._color = color
+        self._encoding = getattr(stream, "encoding", None) or "utf-8"
         self._lock = threading.Lock()
+        # What the functions say about their records (the stack feeds its own in: use_reports).
+        self.reports = FunctionReports()
+        self._at_once: frozenset[str] = frozenset()
+        self.printer = ConsolePrinter(self)
+
+    def use_reports(self, reports: FunctionReports, at_once: frozenset[str] = frozenset()) -> None:
+        """Read these reports; those of the functions `at_once` (scheduled: the polling publisher runs for
+        up to a minute) print a line as each record is parked or fails, not when the invocation ends."""
+        self.reports = reports
+        self._at_once = at_once
+        reports.subscribe(self._on_report)
+
+    def _on_report(self, function: str, report: RecordReport) -> None:
+        if function in self._at_once and report.kind in {"parked", "failed"}:
+            self.post(self.report_line(function, report))
 
     def paint(self, text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if self._color else text
 
     def print(self, text: str = "") -> None:
+        """Write a line now (start-up, shutdown); hop lines go through on_entry and the printer. What the
+        stream cannot encode (a lone surrogate, in UTF-8) is written as an escape, not raised on."""
         with self._lock:
-            self._stream.write(text + "\n")
+            self._stream.write(encodable(text, self._encoding) + "\n")
             self._stream.flush()
 
-    # --- hop lines --------------------------------------------------------------------------------
+    # --- from the stack's threads: queued for the printer -------------------------------------------
     def on_entry(self, entry: Entry) -> None:
-        if isinstance(entry, Invocation):
-            for line in self.invocation_lines(entry):
-                self.print(line)
-        elif isinstance(entry, Notice):
-            self.print(self.notice_line(entry))
-        else:
-            self.print(self.publication_line(entry))
+        self.printer.post(entry)
+
+    def post(self, line: str) -> None:
+        """A line to print in turn with the hop lines (a function's own log line, with LOGS=1)."""
+        self.printer.post(line)
+
+    def flush(self, timeout: float) -> None:
+        """Wait until what was posted is printed (at most `timeout` s)."""
+        self.printer.flush(timeout)
+
+    # --- rendering ------------------------------------------------------------------------------------
+    def lines(self, entry: Entry, reports: list[RecordReport] | None = None) -> list[str]:
+        """The lines an entry prints; a line saying so when it cannot be rendered."""
+        try:
+            if isinstance(entry, Invocation):
+                return self.invocation_lines(entry, reports or [])
+            if isinstance(entry, Notice):
+                return [self.notice_line(entry)]
+            return [self.publication_line(entry)]
+        except Exception as exc:  # noqa: BLE001 - a line about the entry, whatever it holds
+            at = getattr(entry, "at", 0.0)
+            prefix = self._prefix(at if isinstance(at, float) else 0.0, "console")
+            what = f"({type(entry).__name__} the console cannot show: {describe_error(exc)})"
+            return [f"{prefix}{self.paint(what, _RED)}"]
 
     def _prefix(self, at: float, label: str) -> str:
         stamp = datetime.fromtimestamp(at).strftime("%H:%M:%S.%f")[:-3]
-        return f"{self.paint(stamp, _DIM)}  {label:<{_LABEL_WIDTH}} "
+        return f"{self.paint(stamp, _DIM)}  {shown(label, _LABEL_WIDTH):<{_LABEL_WIDTH}} "
 
-    def invocation_lines(self, invocation: Invocation) -> list[str]:
+    def invocation_lines(
+        self, invocation: Invocation, reports: list[RecordReport] | None = None
+    ) -> list[str]:
         label = short_name(invocation.function)
         result = invocation.result
         timing = self.paint(f"{result.duration_ms:.0f} ms" + (" cold" if result.cold_start else ""), _DIM)
@@ -140,64 +211,105 @@ class Console:
             return [self._scheduled_line(invocation, label, timing)]
         records = invocation.records
         lines = []
-        error = result.error
         for record in records[:_MAX_RECORD_LINES]:
-            what, record_id = describe_record(record)
-            record_key = record.get("messageId") or record.get("dynamodb", {}).get("SequenceNumber")
-            failed = record_key in invocation.failed_ids
-            if not failed:
-                outcome = self.paint("ok", _GREEN)
-            elif error is not None:
-                outcome = self.paint(f"FAILED {error.error_type}: {error.message} (event {record_id})", _RED)
-            else:
-                outcome = self.paint(f"FAILED, reported for retry (event {record_id})", _RED)
-            lines.append(
-                f"{self._prefix(invocation.at, label)}{invocation.source}  {what}  {outcome}  {timing}"
-            )
+            view = describe_record(record)
+            outcome = self._outcome(invocation, record, view, reports or [])
+            source = shown(invocation.source)
+            lines.append(f"{self._prefix(invocation.at, label)}{source}  {view.what}  {outcome}  {timing}")
         if len(records) > _MAX_RECORD_LINES:
             more = len(records) - _MAX_RECORD_LINES
             lines.append(f"{self._prefix(invocation.at, label)}… and {more} more record(s) in this batch")
         return lines
 
+    def _outcome(
+        self, invocation: Invocation, record: dict[str, Any], view: RecordView, reports: list[RecordReport]
+    ) -> str:
+        report = next((r for r in reports if r.concerns(record, view.event_id)), None)
+        error = invocation.result.error
+        if record_key(record) in invocation.failed_ids:
+            if error is not None:
+                cause = f" {shown(error.error_type)}: {shown(error.message, _MAX_ERROR_CHARS)}"
+            elif report is not None and report.kind == "failed":
+                cause = f" {shown(report.detail, _MAX_ERROR_CHARS)}"
+            else:
+                cause = ", reported for retry"  # and the function said nothing about it in its log
+            return self.paint(f"FAILED{cause} (event {view.quoted_id})", _RED)
+        if report is None or report.kind in {"applied", "published"}:
+            return self.paint("ok", _GREEN)
+        if report.kind == "ignored":
+            return self.paint(f"ignored ({shown(report.detail)})", _YELLOW)
+        if report.kind == "parked":  # under the event id the relay parked it by (redrive-poison's)
+            detail, event = shown(report.detail, _MAX_ERROR_CHARS), shown(report.event_id or view.quoted_id)
+            return self.paint(f"parked in the relay poison queue: {detail} (event {event})", _YELLOW)
+        return self.paint(f"FAILED {shown(report.detail, _MAX_ERROR_CHARS)} (event {view.quoted_id})", _RED)
+
     def _api_line(self, invocation: Invocation, label: str, timing: str) -> str:
         result = invocation.result
+        event = invocation.event if isinstance(invocation.event, dict) else {}
         payload = result.payload if isinstance(result.payload, dict) else {}
         status = payload.get("statusCode")
-        request_id = invocation.event.get("requestContext", {}).get("requestId", "")
-        text = f"{invocation.event.get('httpMethod')} {invocation.event.get('path')}"
+        context = event.get("requestContext")
+        request_id = shown(context.get("requestId", "") if isinstance(context, dict) else "")
+        text = f"{shown(event.get('httpMethod'))} {shown(event.get('path'))}"
         if result.error is not None:
-            detail = f"502 FAILED {result.error.error_type}: {result.error.message} (request {request_id})"
+            error = f"{shown(result.error.error_type)}: {shown(result.error.message, _MAX_ERROR_CHARS)}"
+            detail = f"502 FAILED {error} (request {request_id})"
             return f"{self._prefix(invocation.at, label)}{text} {self.paint(detail, _RED)}  {timing}"
-        headers = {k.lower(): v for k, v in (payload.get("headers") or {}).items()}
-        for name, values in (payload.get("multiValueHeaders") or {}).items():
-            headers.setdefault(name.lower(), values[0] if values else "")
-        location = f" → {headers['location']}" if "location" in headers else ""
-        shown = f"{status}{location}"
+        headers = payload.get("headers")
+        found = {str(k).lower(): v for k, v in (headers.items() if isinstance(headers, dict) else ())}
+        location = f" → {shown(found['location'])}" if "location" in found else ""
+        shown_status = f"{shown(status)}{location}"
         if not isinstance(status, int) or status >= 500:
-            shown = self.paint(f"{shown} (request {request_id})", _RED)
+            shown_status = self.paint(f"{shown_status} (request {request_id})", _RED)
         elif status >= 400:
-            shown = self.paint(shown, _YELLOW)
-        return f"{self._prefix(invocation.at, label)}{text} {shown}  {timing}"
+            shown_status = self.paint(shown_status, _YELLOW)
+        return f"{self._prefix(invocation.at, label)}{text} {shown_status}  {timing}"
 
     def _scheduled_line(self, invocation: Invocation, label: str, timing: str) -> str:
-        """A scheduled run: what the function returned (the publisher's totals, say), or its error."""
+        """A scheduled run: what the function returned (the publisher's totals, say), or its error (what it
+        parked or could not publish was printed as it happened: report_line)."""
         result = invocation.result
         if result.error is not None:
-            outcome = self.paint(f"FAILED {result.error.error_type}: {result.error.message}", _RED)
+            error = f"{shown(result.error.error_type)}: {shown(result.error.message, _MAX_ERROR_CHARS)}"
+            outcome = self.paint(f"FAILED {error}", _RED)
         elif isinstance(result.payload, dict):
-            outcome = " ".join(f"{k}={v}" for k, v in result.payload.items())
+            fields = list(result.payload.items())[:_MAX_PAYLOAD_FIELDS]
+            outcome = " ".join(f"{shown(k)}={shown(v)}" for k, v in fields)
         else:
             outcome = self.paint("ok", _GREEN)
-        return f"{self._prefix(invocation.at, label)}schedule {invocation.source}  {outcome}  {timing}"
+        return f"{self._prefix(invocation.at, label)}schedule {shown(invocation.source)}  {outcome}  {timing}"
+
+    def report_line(self, function: str, report: RecordReport) -> str:
+        """A record a function parked in the poison queue, or could not publish, as it said in its log."""
+        prefix = self._prefix(time.time(), short_name(function))
+        event, detail = shown(report.event_id or "?"), shown(report.detail, _MAX_ERROR_CHARS)
+        if report.kind == "parked":
+            parked = f"parked in the relay poison queue: {detail} (event {event})"
+            return f"{prefix}{self.paint(parked, _YELLOW)}"
+        return f"{prefix}{self.paint(f'FAILED {detail} (event {event}); it waits, in order', _RED)}"
 
     def notice_line(self, notice: Notice) -> str:
+        dead_lettered = notice.details.get(DEAD_LETTERED)
+        if isinstance(dead_lettered, dict):
+            return self._dead_letter_line(notice, dead_lettered)
         colour = {"error": _RED, "warning": _YELLOW}.get(notice.level, "")
-        message = self.paint(notice.message, colour) if colour else notice.message
+        message = shown(notice.message, 2000)
+        message = self.paint(message, colour) if colour else message
         return f"{self._prefix(notice.at, short_name(notice.component.split('.')[0]))}{message}"
 
+    def _dead_letter_line(self, notice: Notice, moved: dict[str, Any]) -> str:
+        """A message its queue's redrive policy moves to the dead-letter queue (queue_poller.py)."""
+        record = moved.get("record")
+        view = describe_record(record if isinstance(record, dict) else {})
+        receives, limit = shown(moved.get("receiveCount")), shown(moved.get("maxReceiveCount"))
+        where = f"→ {shown(moved.get('deadLetterQueue'))} after {receives} receives (maxReceiveCount {limit})"
+        outcome = self.paint(f"dead-lettered {where} (event {view.quoted_id})", _RED)
+        label = short_name(notice.component.split(".")[0])
+        return f"{self._prefix(notice.at, label)}{shown(moved.get('queue'))}  {view.what}  {outcome}"
+
     def publication_line(self, publication: Publication) -> str:
-        document = _json_object(publication.message)
+        document = json_object(publication.message)
         what = _summary(_cloud_event(document) or document) if document else None
-        subject = f"“{publication.subject}” " if publication.subject else ""
-        text = what or publication.message[:60]
+        subject = f"“{shown(publication.subject)}” " if publication.subject else ""
+        text = what or shown(publication.message, 60)
         return f"{self._prefix(publication.at, publication.topic)}published {subject}{text}"

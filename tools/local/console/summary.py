@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from tools.local.stack import LocalStack
 
 EVENTS_DIR = ROOT / "events"
+IDEMPOTENCY_KEY = "Idempotency-Key"
 _BOLD, _DIM, _YELLOW, _RED = "\033[1m", "\033[2m", "\033[33m", "\033[31m"
 
 
@@ -44,18 +46,21 @@ def _sample_event(route: ApiRoute) -> tuple[Path, dict[str, Any]] | None:
 
 
 def curl_example(base_url: str, routes: list[ApiRoute]) -> str | None:
+    """A POST of the first route with a sample event, with its Content-Type and, when the sample carries
+    one (docs/api.md asks for it on every POST /orders), an Idempotency-Key: a fresh UUID, so the first
+    paste places a new order."""
     for route in routes:
         if route.method != "POST" or "{" in route.path:
             continue
         sample = _sample_request(route)
         if sample is None:
             continue
-        content_type = next(
-            (v for k, v in (sample.get("headers") or {}).items() if k.lower() == "content-type"), None
-        )
+        headers = {str(k).lower(): v for k, v in (sample.get("headers") or {}).items()}
         parts = ["curl", "-si", "-X", "POST", f"{base_url}{route.path}"]
-        if content_type:
-            parts += ["-H", f"Content-Type: {content_type}"]
+        if headers.get("content-type"):
+            parts += ["-H", f"Content-Type: {headers['content-type']}"]
+        if IDEMPOTENCY_KEY.lower() in headers:
+            parts += ["-H", f"{IDEMPOTENCY_KEY}: {uuid.uuid4()}"]
         parts += ["-d", str(sample["body"])]
         return shlex.join(parts)
     return None
@@ -186,6 +191,10 @@ def startup_summary(stack: LocalStack, console: Console, sam: SamEnvironment | N
             lines.append(bold("Try"))
             lines.append(f"  {example}")
             lines.append(dim("  then GET the Location it returns; each hop shows up below."))
+            if IDEMPOTENCY_KEY in example:
+                lines.append(
+                    dim(f"  (another order needs another {IDEMPOTENCY_KEY}: the same one replays this one)")
+                )
         invoke = sam_invoke_example(sam, sources.routes) if sam is not None else None
         if sam is not None and invoke:
             if not example:

@@ -5,8 +5,12 @@
     GET  /_local/api/orders/{orderId}     the order and its timeline (hops, in waterfall order)
     GET  /_local/api/queues               every queue's counts, the dead-letter and poison queues' messages
                                           (?messages=0: counts only)
+    GET  /_local/api/health               the stack's supervised threads (pollers, topic watchers, console):
+                                          {"threads": [{"name", "alive", "restarts", "error"}]}
     POST /_local/api/actions/redrive      python -m operations redrive (the relay dead-letter queue)
     POST /_local/api/actions/redrive-poison   python -m operations redrive-poison (the relay poison queue)
+    POST /_local/api/actions/redrive-dlq/{queue}  python -m operations redrive-dlq (a consumer dead-letter
+                                          queue's messages back to its queue)
 
 Every error is JSON, {"error": {"code", "message"}} with a stable code: order_not_found (404),
 invalid_status / invalid_limit (400), not_found (404), method_not_allowed (405),
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import mimetypes
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,9 +33,16 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tools.local.console.activity import Entry
 from tools.local.gateway.server import LOCAL_PREFIX, HttpAnswer
-from tools.local.inspector.actions import RECOVERY_COMMANDS, CommandRun, recovery_queues
+from tools.local.inspector.actions import (
+    RECOVERY_COMMANDS,
+    CommandRun,
+    dead_letter_action,
+    outcome_message,
+    recovery_queues,
+)
 from tools.local.inspector.stack_view import LocalStackView, QueueState
 from tools.local.inspector.timeline import Hop, HopCache, build_hops, order_timeline, outbox_row_hop
+from tools.local.supervision import ThreadHealth
 
 STATIC_DIR = Path(__file__).with_name("static")
 ORDER_STATUSES = ("PENDING", "CONFIRMED", "REJECTED", "CANCELLED")
@@ -78,8 +90,14 @@ class InspectorApi:
 
     prefix = LOCAL_PREFIX
 
-    def __init__(self, view: StackView, action_queues: dict[str, str]) -> None:
+    def __init__(
+        self,
+        view: StackView,
+        action_queues: dict[str, str],
+        health: Callable[[], list[ThreadHealth]] | None = None,
+    ) -> None:
         self._view = view
+        self._health = health  # the stack's supervised threads (tools/local/supervision.py)
         self._action_lock = threading.Lock()
         self._action_queues = action_queues  # the queue each action drains (logical id), for its messages
         self._hops = HopCache()
@@ -121,10 +139,17 @@ class InspectorApi:
             case ["queues"]:
                 self._only(method, "GET")
                 return self.queues(with_messages=query.get("messages", ["1"])[-1] != "0")
+            case ["health"]:
+                self._only(method, "GET")
+                return self.health()
             case ["actions", action] if action in RECOVERY_COMMANDS:
                 self._only(method, "POST")
                 self._check_post(headers)
                 return self.run_action(action)
+            case ["actions", "redrive-dlq", queue] if dead_letter_action(queue) in self._action_queues:
+                self._only(method, "POST")
+                self._check_post(headers)
+                return self.run_action(dead_letter_action(queue))
             case ["actions", action]:
                 raise ApiError(
                     HTTPStatus.NOT_FOUND,
@@ -242,6 +267,12 @@ class InspectorApi:
         hops += [outbox_row_hop(row, consumed) for row in self._view.outbox_rows(order_id)]
         return order_timeline(hops, order_id)
 
+    # --- the stack's threads ------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """Each supervised thread: alive, restarted how often, the error that stopped it last (or null)."""
+        threads = self._health() if self._health is not None else []
+        return {"threads": [thread.to_json() for thread in threads]}
+
     # --- queues and actions -----------------------------------------------------------------------------
     def queues(self, with_messages: bool = True) -> dict[str, Any]:
         return {"queues": [queue.to_json() for queue in self._view.queues(with_messages)]}
@@ -272,9 +303,7 @@ class InspectorApi:
                 f"{(run.stderr.strip() or run.stdout.strip())[-600:] or 'no output'}",
                 report=report,
             )
-        redriven, kept = int(summary["redriven"]), int(summary["kept"])
-        parked = [str(event_id) for event_id in summary.get("parked", [])]
-        if redriven == 0 and kept == 0 and not report["errors"]:
+        if int(summary["redriven"]) == 0 and int(summary["kept"]) == 0 and not report["errors"]:
             raise ApiError(
                 HTTPStatus.CONFLICT,
                 "nothing_to_redrive",
@@ -282,17 +311,10 @@ class InspectorApi:
                 report=report,
             )
         complete = run.exit_code == 0
-        message = f"{action}: {redriven} message(s) redriven from {queue}"
-        if kept:
-            message += f", {kept} kept there (what is missing is listed below)"
-        if parked:
-            message += f"; {len(parked)} event(s) parked in the relay poison queue on the way: " + ", ".join(
-                parked
-            )
-        message += "; every event is on the bus." if complete else "; not everything is on the bus."
-        return {**report, "complete": complete, "message": message}
+        return {**report, "complete": complete, "message": outcome_message(action, queue, summary, complete)}
 
 
 def inspector_for(stack: LocalStack) -> InspectorApi:
     """The inspector of a LocalStack (the stack hands it to its gateway, which knows only the prefix)."""
-    return InspectorApi(LocalStackView(stack), recovery_queues(stack.template))
+    # Looked up when asked for: a stand-in for the stack (the tests') need not have threads.
+    return InspectorApi(LocalStackView(stack), recovery_queues(stack.template), lambda: stack.thread_health())

@@ -1,4 +1,5 @@
-"""What the inspector reads from a running local stack: its activity log, the order store (DynamoDB's
+"""What the inspector reads from a running local stack: its activity log with what the functions said
+about each record in their log lines (the stack's FunctionReports), the order store (DynamoDB's
 OrdersTable, or the PostgreSQL order database with OrderStore=postgres), the queues through the moto
 endpoint, and the operator commands it runs (actions.py).
 
@@ -7,7 +8,10 @@ only from the queues no event source consumes (dead-letter queues, the relay poi
 receive whose visibility timeout is 0: each message stays visible to everyone, so a redrive running at
 the same moment still finds it, and the receive count it raises means nothing for queues without a
 redrive policy. A consumer's own queue is never received from: a receive counts towards its
-maxReceiveCount and would move a message to the dead-letter queue sooner.
+maxReceiveCount and would move a message to the dead-letter queue sooner. So a dead-lettered message's
+receive count and last error are not read from the message (each peek raises its count) but from the
+stack's own record of its deliveries: the last invocation that got it, with the count it was delivered
+with and why it failed (a stream batch's OnFailure document names its last invocation).
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tools.local.console.activity import Entry
+from tools.local.console.activity import Entry, Invocation, Notice
+from tools.local.console.text import json_value
 from tools.local.inspector.actions import (
     POISON_QUEUE_OUTPUT,
     RECOVERY_COMMANDS,
     CommandRun,
+    dead_letter_action,
+    dead_letter_sources,
     recovery_queues,
     run_recovery,
 )
+from tools.local.inspector.timeline import Hop, HopCache, build_hops, report_notice
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -125,6 +133,40 @@ def message_summary(body: Any) -> dict[str, Any]:
     return {}
 
 
+class Deliveries:
+    """What the stack saw of each message before it was dead-lettered: the hops of the invocations that
+    received it (by message id; a stream batch's by the request id its OnFailure document names)."""
+
+    def __init__(self, hops: list[Hop]) -> None:
+        self._by_message: dict[str, Hop] = {}
+        self._by_request: dict[str, list[Hop]] = {}
+        for hop in hops:  # in start order: the last one of a message stays
+            if hop.trigger == "sqs" and hop.record_id:
+                self._by_message[hop.record_id] = hop
+            self._by_request.setdefault(hop.request_id, []).append(hop)
+
+    def told(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The peeked message with its receive count and last error (None where the stack saw none)."""
+        body = message.get("body")
+        request = (body.get("requestContext") or {}) if isinstance(body, dict) else {}
+        if isinstance(request, dict) and request.get("requestId"):  # a stream batch's OnFailure document
+            failed = [h for h in self._by_request.get(str(request["requestId"]), []) if h.error]
+            count = request.get("approximateInvokeCount")
+            return {
+                **message,
+                "receiveCount": None,
+                "invokeCount": count if isinstance(count, int) else None,
+                "lastError": failed[0].error if failed else None,
+            }
+        last = self._by_message.get(str(message.get("messageId")))
+        return {
+            **message,
+            "receiveCount": last.attempt if last is not None else None,
+            "lastError": (last.error if last is not None else None) or message.get("deliveryError"),
+            "lastFunction": last.function if last is not None else None,
+        }
+
+
 class LocalStackView:
     """The inspector's reads and actions on one LocalStack (thread-safe: the gateway serves requests
     on threads of their own)."""
@@ -137,6 +179,10 @@ class LocalStackView:
         # Every event id seen in the relay poison queue: a hop that parked its record stays "parked" on
         # the timeline after a redrive has taken the message away.
         self._seen_parked: set[str] = set()
+        self._hops = HopCache()  # for the dead-letter queues' deliveries
+        # Each invocation's reports as notices, made again only when more have come (the page asks every
+        # second, and a function's log lines may arrive after its invocation is recorded).
+        self._report_notices: dict[str, list[Notice]] = {}
 
     # --- clients, made once (a boto3 client takes tens of milliseconds to create) ----------------------
     def _dynamodb_client(self) -> DynamoDBClient:
@@ -163,7 +209,24 @@ class LocalStackView:
         return self._stack.template.physical_name(ORDERS_TABLE)
 
     def entries(self) -> list[Entry]:
-        return self._stack.activity.entries()
+        """The activity log, and what the functions said about each record of each invocation (as
+        notices: timeline.report_notice)."""
+        entries = self._stack.activity.entries()
+        notices: list[Entry] = []
+        with self._lock:
+            known, current = self._report_notices, {}
+            for entry in entries:
+                if not isinstance(entry, Invocation) or entry.trigger not in {"sqs", "dynamodb"}:
+                    continue
+                request_id = entry.result.request_id
+                reports = self._stack.reports.of(request_id)
+                made = known.get(request_id, [])
+                if len(made) != len(reports):
+                    made = [report_notice(entry.function, request_id, report) for report in reports]
+                current[request_id] = made
+                notices.extend(made)
+            self._report_notices = current  # invocations the activity log has dropped are forgotten
+        return [*entries, *notices]
 
     # --- orders ---------------------------------------------------------------------------------------
     def orders(self) -> list[dict[str, Any]]:
@@ -232,14 +295,18 @@ class LocalStackView:
             return []
         with self._stack.order_database.connect() as connection:
             rows = connection.execute(
-                "SELECT position, event_id, aggregate_id, event_type, envelope, created_at, published_at,"
-                " parked_at, attempts, last_error FROM outbox WHERE aggregate_id = %s ORDER BY position",
+                # As text, read here: psycopg's json.loads raises on what an outbox may hold (an integer past
+                # Python's digit limit, nesting past its recursion limit).
+                "SELECT position, event_id, aggregate_id, event_type, envelope::text, created_at,"
+                " published_at, parked_at, attempts, last_error"
+                " FROM outbox WHERE aggregate_id = %s ORDER BY position",
                 (order_id,),
             ).fetchall()
         names = ("position", "event_id", "aggregate_id", "event_type", "envelope", "created_at")
         return [
             {
                 **dict(zip(names, row[:6], strict=True)),
+                "envelope": json_value(row[4]),
                 "created_at": _epoch(row[5]),
                 "published_at": _epoch(row[6]),
                 "parked_at": _epoch(row[7]),
@@ -255,11 +322,15 @@ class LocalStackView:
         roles: dict[str, dict[str, Any]] = {}
         for source in self._stack.sources.queues:
             roles[source.queue] = {"role": "consumer queue", "consumer": source.function}
-            policy = template.properties(source.queue).get("RedrivePolicy") or {}
-            target = template.logical_id_for_arn(str(policy.get("deadLetterTargetArn", "")))
-            if target is not None:
-                roles[target] = {"role": "consumer dead-letter queue", "dead_letter_for": source.queue}
+        for dead_letter_queue, source_queue in dead_letter_sources(template).items():
+            roles[dead_letter_queue] = {
+                "role": "consumer dead-letter queue",
+                "dead_letter_for": source_queue,
+                "action": dead_letter_action(dead_letter_queue),
+            }
         for action, logical_id in recovery_queues(template).items():
+            if action not in RECOVERY_COMMANDS:
+                continue  # a dead-letter queue's, above
             poison = RECOVERY_COMMANDS[action][0] == POISON_QUEUE_OUTPUT
             roles[logical_id] = {
                 "role": "relay poison queue" if poison else "relay dead-letter queue",
@@ -273,6 +344,7 @@ class LocalStackView:
         sqs = self._sqs_client()
         states = []
         roles = self._roles()
+        deliveries = Deliveries(build_hops(self.entries(), cache=self._hops)) if with_messages else None
         for logical_id in self._stack.template.of_type("AWS::SQS::Queue"):
             if not self._stack.template.is_created(logical_id):
                 continue
@@ -298,7 +370,7 @@ class LocalStackView:
                     dead_letter_for=role.get("dead_letter_for"),
                     action=role.get("action"),
                     peeked=peek,
-                    messages=self._peek(url) if peek else [],
+                    messages=[deliveries.told(m) for m in self._peek(url)] if peek and deliveries else [],
                 )
             )
             if role.get("action") == "redrive-poison":
@@ -320,6 +392,7 @@ class LocalStackView:
                 VisibilityTimeout=0,
                 WaitTimeSeconds=0,
                 MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],  # EventBridge's ERROR_CODE, ERROR_MESSAGE on a failed delivery
             )
             .get("Messages", [])
         )
@@ -331,12 +404,18 @@ class LocalStackView:
             except ValueError:
                 body = text
             attributes = message.get("Attributes", {})
+            error_attributes = {
+                name: value.get("StringValue")
+                for name, value in message.get("MessageAttributes", {}).items()
+                if name in {"ERROR_CODE", "ERROR_MESSAGE"}
+            }
             messages.append(
                 {
                     "messageId": message.get("MessageId"),
                     "sentAtMs": int(attributes.get("SentTimestamp", 0)) or None,
                     "summary": message_summary(body),
                     "body": body,
+                    "deliveryError": ": ".join(str(v) for v in error_attributes.values()) or None,
                 }
             )
         return messages

@@ -10,11 +10,20 @@ path or its answer, and the correlation id from its X-Correlation-Id answer head
 
 A hop may have a parent hop (`parent`, a hop id): the page indents a hop under its parent and draws
 every bar from its start and duration alone. Parents come from the same trace headers X-Ray reads
-(docs/operations.md, "One trace per saga"): the relay's publication of an event continues the trace its
-envelope's traceparent names (the writer's: the order API's for the whole saga), so its parent is the
-hop that ran in that trace segment; a consumer's invocation is linked (X-Ray: "automatically linked") to
-the trace its message's AWSTraceHeader names, so its parent is that hop too, marked `linked`; an SNS
-publication's parent is the consumer invocation that published it (it happened inside it).
+(docs/operations.md, "One trace per saga"), on every order store alike (order_timeline):
+- the publication of an event (the stream relay's record, or the PostgreSQL outbox row the polling
+  publisher or the logical relay sent) continues the trace its envelope's traceparent names: the writer's,
+  the order API's for the whole saga (a consumer's write carries its message's trace on). Its parent is
+  the hop that ran in that trace segment;
+- a consumer's invocation is linked (X-Ray: "automatically linked") to the trace its message's
+  AWSTraceHeader names, which is the one that publication put on the bus: its parent is the publication
+  of the same event in that trace, marked `linked` (the hop of the trace segment itself when the
+  timeline holds no publication of it, e.g. a record published again by an operator command);
+- an SNS publication's parent is the consumer invocation that published it (it happened inside it).
+
+What the functions said about each record in their log lines (the stack's FunctionReports: an event
+applied or ignored, why a message failed, why a record was parked) comes with the entries as notices
+(report_notice) and is set on the hops it names.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from shop.domain.tracing import TraceContext, from_traceparent, from_xray_header
-from tools.local.console.activity import Entry, Invocation, Publication
+from tools.local.console.activity import Entry, Invocation, Notice, Publication
 
-Outcome = Literal["ok", "failed", "parked", "pending"]
+Outcome = Literal["ok", "ignored", "failed", "parked", "pending"]
+PUBLICATIONS = frozenset({"dynamodb", "outbox"})  # the triggers of hops that put an event on the bus
 _NO_TRACE = TraceContext("", "", sampled=False)
 CORRELATION_HEADER = "x-correlation-id"
 
@@ -67,6 +77,8 @@ class Hop:
     continues: TraceContext | None = None  # the trace it continues (a publication's envelope traceparent)
     links_to: TraceContext | None = None  # the trace it is linked to (a consumed message's AWSTraceHeader)
     relation: Literal["child", "linked"] | None = None  # how it hangs under its parent (set with it)
+    record_id: str = ""  # the record's id in its batch (SQS message id, stream sequence number)
+    result: str | None = None  # what the function said it did with the event ("reserved", "ignored:...")
 
     @property
     def retries(self) -> int:
@@ -101,6 +113,8 @@ class Hop:
             "requestId": self.request_id,
             "traceId": (self.trace or self.continues or self.links_to or _NO_TRACE).trace_id or None,
             "relation": self.relation,
+            "recordId": self.record_id or None,
+            "result": self.result,
         }
 
 
@@ -259,6 +273,7 @@ def _record_hops(invocation: Invocation) -> list[Hop]:
                 batch_size=len(records),
                 cold_start=result.cold_start,
                 request_id=result.request_id,
+                record_id=key,
                 continues=_continued_trace(invocation.trigger, record),
                 links_to=_linked_trace(invocation.trigger, record),
             )
@@ -297,6 +312,7 @@ def _publication_hop(publication: Publication) -> Hop:
             event_id=event_id, event_type=_text(message.get("type")), order_id=_text(message.get("orderId"))
         ),
         detail=f"published {message.get('type') or 'a message'}",
+        record_id=publication.message_id,
     )
 
 
@@ -338,9 +354,11 @@ class HopCache:
 def build_hops(
     entries: Iterable[Entry], parked: frozenset[str] = frozenset(), cache: HopCache | None = None
 ) -> list[Hop]:
-    """Every hop the entries hold, in start order, with attempts counted and publications' parents set.
+    """Every hop the entries hold, in start order, with what the functions said about each record,
+    attempts counted and SNS publications' parents set (trace parents: order_timeline).
 
     `parked`: event ids in the relay poison queue (the relay's invocation itself succeeds when it parks)."""
+    entries = list(entries)
     if cache is not None:
         hops = cache.hops(entries)
     else:
@@ -351,21 +369,109 @@ def build_hops(
         else hop
         for hop in hops
     ]
+    hops = _with_reports(hops, record_facts(entries))
     hops.sort(key=lambda hop: hop.started_at)
-    return _with_trace_parents(_with_publication_parents(_with_attempts(hops)))
+    return _with_publication_parents(_with_attempts(hops))
+
+
+# --- what the functions said about each record (tools/local/console/reports.py) ------------------------
+REPORT_SOURCE = "function report"  # a Notice's details["source"] when it carries a function's report
+_REPORT_FIELDS = ("kind", "detail", "event_id", "message_id", "sequence_number")
+
+
+def report_notice(function: str, request_id: str, report: Any) -> Notice:
+    """A function's report on one record of an invocation (a console.reports.RecordReport) as the notice
+    the timeline reads it from."""
+    fields = {name: getattr(report, name, None) for name in _REPORT_FIELDS}
+    return Notice(
+        "info",
+        function,
+        f"record {fields['kind']}",
+        {"source": REPORT_SOURCE, "request_id": request_id, **fields},
+    )
+
+
+@dataclass(frozen=True)
+class RecordFacts:
+    """The reports by invocation (request id)."""
+
+    by_request: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def about(self, hop: Hop) -> list[dict[str, Any]]:
+        """The reports on the hop's record: by message id or sequence number, else by its event id."""
+        return [report for report in self.by_request.get(hop.request_id, []) if _concerns(report, hop)]
+
+
+def _concerns(report: dict[str, Any], hop: Hop) -> bool:
+    record_id = report.get("message_id") or report.get("sequence_number")
+    if record_id is not None:
+        return bool(record_id == hop.record_id)
+    return report.get("event_id") is not None and report.get("event_id") == hop.keys.event_id
+
+
+def record_facts(entries: Iterable[Entry]) -> RecordFacts:
+    facts = RecordFacts()
+    for entry in entries:
+        if isinstance(entry, Notice) and entry.details.get("source") == REPORT_SOURCE:
+            facts.by_request.setdefault(str(entry.details.get("request_id")), []).append(entry.details)
+    return facts
+
+
+def _with_reports(hops: list[Hop], facts: RecordFacts) -> list[Hop]:
+    """Each record hop told what its function said of it: ignored (a consumer that applied nothing),
+    what it applied, why it failed, why it was parked."""
+    told = []
+    for hop in hops:
+        if hop.trigger in {"sqs", "dynamodb"}:
+            for report in facts.about(hop):
+                kind, detail = report.get("kind"), str(report.get("detail") or "")
+                if kind == "ignored" and hop.outcome == "ok":
+                    hop = replace(
+                        hop, outcome="ignored", result=f"ignored: {detail}" if detail else "ignored"
+                    )
+                elif kind == "applied" and hop.outcome == "ok":
+                    hop = replace(hop, result=detail or None)
+                elif kind == "failed" and hop.outcome == "failed" and detail:
+                    hop = replace(hop, error=detail)
+                elif kind == "parked" and hop.outcome in {"ok", "parked"}:
+                    hop = replace(
+                        hop,
+                        outcome="parked",
+                        error=f"parked in the relay poison queue: {detail}".rstrip(": "),
+                    )
+        told.append(hop)
+    return told
+
+
+# --- parents from trace context -------------------------------------------------------------------------
+def _segment(context: TraceContext) -> tuple[str, str]:
+    return context.trace_id, context.parent_id
 
 
 def _with_trace_parents(hops: list[Hop]) -> list[Hop]:
-    """Parents from trace headers: a hop that continues or is linked to a trace segment hangs under the
-    hop that ran in that segment (the order API's invocation, for every hop of its saga)."""
-    by_segment = {(hop.trace.trace_id, hop.trace.parent_id): hop.id for hop in hops if hop.trace is not None}
+    """Parents from trace headers. A publication continues the trace segment its envelope names: it hangs
+    under the hop that ran in it (the order API's invocation, for every event of its saga). A consumer's
+    invocation is linked to the trace context on its message, which the publication of its event put on
+    the bus: it hangs under that publication (the latest of that event in that context to start before
+    it, one that succeeded if any did), else under the hop of the segment itself."""
+    by_segment = {_segment(hop.trace): hop.id for hop in hops if hop.trace is not None}
+    publications: dict[tuple[str, str, str], list[Hop]] = defaultdict(list)
+    for hop in hops:
+        if hop.trigger in PUBLICATIONS and hop.continues is not None and hop.keys.event_id is not None:
+            publications[(hop.keys.event_id, *_segment(hop.continues))].append(hop)
     placed = []
     for hop in hops:
-        relation: Literal["child", "linked"] = "child" if hop.continues is not None else "linked"
-        target = hop.continues if hop.continues is not None else hop.links_to
-        parent = by_segment.get((target.trace_id, target.parent_id)) if target is not None else None
-        if hop.parent is None and parent is not None and parent != hop.id:
-            hop = replace(hop, parent=parent, relation=relation)
+        if hop.parent is None and hop.continues is not None:
+            parent = by_segment.get(_segment(hop.continues))
+            if parent is not None and parent != hop.id:
+                hop = replace(hop, parent=parent, relation="child")
+        elif hop.parent is None and hop.links_to is not None:
+            sent = publications.get((hop.keys.event_id or "", *_segment(hop.links_to)), [])
+            earlier = [p for p in sent if p.started_at <= hop.started_at and p.id != hop.id]
+            delivered = [p for p in earlier if p.outcome == "ok"] or earlier
+            parent = delivered[-1].id if delivered else by_segment.get(_segment(hop.links_to))
+            if parent is not None and parent != hop.id:
+                hop = replace(hop, parent=parent, relation="linked")
         placed.append(hop)
     return placed
 
@@ -386,8 +492,10 @@ def _with_attempts(hops: list[Hop]) -> list[Hop]:
 
 
 def _with_publication_parents(hops: list[Hop]) -> list[Hop]:
-    """A publication's parent: the consumer invocation of its event that was running when it was
-    published (else the last one that started before it); its correlation id comes with it."""
+    """A publication's parent: the consumer invocation of its event that says it published it (the
+    notification consumer reports "notified:<the SNS message id>"); else, as several consumers may
+    handle one event (OrderCancelled: inventory and notification), the one of them that was running
+    when it was published (else the last one that started before it). Its correlation id comes with it."""
     handlers: dict[str, list[Hop]] = defaultdict(list)
     for hop in hops:
         if hop.trigger == "sqs" and hop.keys.event_id is not None:
@@ -398,11 +506,12 @@ def _with_publication_parents(hops: list[Hop]) -> list[Hop]:
             placed.append(hop)
             continue
         candidates = [h for h in handlers.get(hop.keys.event_id, []) if h.started_at <= hop.started_at]
+        publisher = [h for h in candidates if hop.record_id and h.result and hop.record_id in h.result]
         running = [h for h in candidates if hop.started_at <= h.ended_at]
         if not candidates:
             placed.append(hop)
             continue
-        parent = (running or candidates)[-1]
+        parent = (publisher or running or candidates)[-1]
         keys = replace(hop.keys, correlation_id=parent.keys.correlation_id)
         placed.append(replace(hop, parent=parent.id, keys=keys))
     return placed
@@ -458,12 +567,16 @@ def outbox_row_hop(row: dict[str, Any], consumed: frozenset[str]) -> Hop:
 def order_timeline(hops: Iterable[Hop], order_id: str) -> list[Hop]:
     """The order's hops: those of its events, its API requests, and hops that name no order but share a
     correlation id with it. Rows as a trace waterfall lists spans: by start, each hop followed by its
-    children (by start, at one more level of depth); a hop whose parent is not among them is a root."""
+    children (by start, at one more level of depth); a hop whose parent is not among them is a root.
+    Parents from trace context: _with_trace_parents."""
     hops = list(hops)
     mine = [hop for hop in hops if hop.keys.order_id == order_id]
     correlations = {hop.keys.correlation_id for hop in mine} - {None}
     mine += [hop for hop in hops if hop.keys.order_id is None and hop.keys.correlation_id in correlations]
     mine.sort(key=lambda hop: hop.started_at)
+    # Parents here, not in build_hops: a PostgreSQL outbox row's hop (outbox_row_hop) is made apart from
+    # the entries' hops, and is a publication the consumers hang under like the stream relay's.
+    mine = _with_trace_parents(mine)
     ids = {hop.id for hop in mine}
     children: dict[str | None, list[Hop]] = defaultdict(list)
     for hop in mine:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tools.local.console.activity import ActivityLog, Invocation
+from tools.local.console.activity import DEAD_LETTERED, ActivityLog, Invocation
 from tools.local.pollers.event_sources import QueueSource
 from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
@@ -134,30 +134,28 @@ class QueuePoller(MappingThreads):
         self._activity = activity
         self.concurrency = batches_at_once(source, function)
         self._slots = threading.BoundedSemaphore(self.concurrency)
-        self._visibility_timeout: float | None = None  # the queue's, read when polling starts
+        self._attributes: dict[str, str] | None = None  # the queue's, read when polling starts
         self._batch_numbers = itertools.count(1)
 
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                # Receive only as many batches as are processed at once: a received batch is invoked
-                # at once (and throttled if the function's reserved concurrency is in use).
-                if not self._slots.acquire(timeout=_WAIT_SECONDS):
-                    continue
-                handed_over = False
-                try:
-                    handed_over = self._poll_once()
-                except (ClientError, BotoCoreError) as exc:
-                    if self._stop.is_set():
-                        return
-                    self._activity.notice("error", self.source.label, f"queue poll failed: {exc}")
-                    self._stop.wait(_ERROR_PAUSE_SECONDS)
-                finally:
-                    if not handed_over:
-                        self._slots.release()
-        except Exception as exc:
-            self._activity.notice("error", self.source.label, f"queue poller stopped: {exc!r}")
-            raise
+        # Anything but an SQS error that escapes is reported by the thread's edge (supervision.py), which
+        # runs this loop again.
+        while not self._stop.is_set():
+            # Receive only as many batches as are processed at once: a received batch is invoked
+            # at once (and throttled if the function's reserved concurrency is in use).
+            if not self._slots.acquire(timeout=_WAIT_SECONDS):
+                continue
+            handed_over = False
+            try:
+                handed_over = self._poll_once()
+            except (ClientError, BotoCoreError) as exc:
+                if self._stop.is_set():
+                    return
+                self._activity.notice("error", self.source.label, f"queue poll failed: {exc}")
+                self._stop.wait(_ERROR_PAUSE_SECONDS)
+            finally:
+                if not handed_over:
+                    self._slots.release()
 
     def _receive(self, limit: int, wait_seconds: int) -> list[dict[str, Any]]:
         response = self._sqs.receive_message(
@@ -169,14 +167,55 @@ class QueuePoller(MappingThreads):
         )
         return list(raw_json(response).get("Messages", []))
 
+    def _queue_attributes(self) -> dict[str, str]:
+        """The queue's VisibilityTimeout and RedrivePolicy, read when polling starts."""
+        if self._attributes is None:
+            found = self._sqs.get_queue_attributes(
+                QueueUrl=self._queue_url, AttributeNames=["VisibilityTimeout", "RedrivePolicy"]
+            )["Attributes"]
+            self._attributes = {str(name): value for name, value in found.items()}
+        return self._attributes
+
     def _visibility_deadline(self, received_at: float) -> float:
         """When messages received at `received_at` (monotonic) become receivable again."""
-        if self._visibility_timeout is None:
-            attributes = self._sqs.get_queue_attributes(
-                QueueUrl=self._queue_url, AttributeNames=["VisibilityTimeout"]
-            )["Attributes"]
-            self._visibility_timeout = float(attributes.get("VisibilityTimeout", 30))
-        return received_at + self._visibility_timeout
+        return received_at + float(self._queue_attributes().get("VisibilityTimeout", 30))
+
+    def _redrive_policy(self) -> tuple[str, int] | None:
+        """The dead-letter queue's name and maxReceiveCount, when the queue has a RedrivePolicy."""
+        try:
+            policy = json.loads(self._queue_attributes().get("RedrivePolicy", "null"))
+            return str(policy["deadLetterTargetArn"]).rsplit(":", 1)[-1], int(policy["maxReceiveCount"])
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def _report_dead_lettered(self, records: list[dict[str, Any]]) -> None:
+        """A notice for each unfinished message at its queue's maxReceiveCount: the next receive moves it
+        to the dead-letter queue, as SQS (moto) does once its visibility timeout ends."""
+        policy = self._redrive_policy()
+        if policy is None:
+            return
+        dead_letter_queue, max_receives = policy
+        for record in records:
+            try:
+                receives = int(record.get("attributes", {}).get("ApproximateReceiveCount", 0))
+            except (ValueError, TypeError):
+                continue
+            if receives < max_receives:
+                continue
+            moved = {
+                "queue": self.source.queue,
+                "deadLetterQueue": dead_letter_queue,
+                "receiveCount": receives,
+                "maxReceiveCount": max_receives,
+                "record": record,
+            }
+            self._activity.notice(
+                "error",
+                self.source.label,
+                f"message {record['messageId']} dead-lettered → {dead_letter_queue} after {receives} "
+                f"receives (maxReceiveCount {max_receives})",
+                {DEAD_LETTERED: moved},
+            )
 
     def _gather(self) -> tuple[list[dict[str, Any]], float]:
         """A batch, and when its first messages were received (monotonic)."""
@@ -214,10 +253,7 @@ class QueuePoller(MappingThreads):
         except (ClientError, BotoCoreError) as exc:
             if not self._stop.is_set():
                 self._activity.notice("error", self.source.label, f"queue batch failed: {exc}")
-        except Exception as exc:
-            self._activity.notice("error", self.source.label, f"queue batch failed: {exc!r}")
-            raise
-        finally:
+        finally:  # anything else is reported by the batch thread's edge (threads.py)
             self._slots.release()
 
     def _process(self, messages: list[dict[str, Any]], visibility_deadline: float) -> None:
@@ -229,8 +265,11 @@ class QueuePoller(MappingThreads):
         if not records:
             return
         result = self._invoke(records, visibility_deadline)
-        if result is None or self._stop.is_set():
-            return  # throttled until the visibility timeout, or interrupted by shutdown: messages reappear
+        if self._stop.is_set():
+            return  # interrupted by shutdown: the messages reappear
+        if result is None:  # throttled until the visibility timeout: back to the queue, receive count raised
+            self._report_dead_lettered(records)
+            return
         failed = self._failed_ids(result, records)
         self._delete([r for r in records if r["messageId"] not in failed])
         self._activity.add(
@@ -243,6 +282,7 @@ class QueuePoller(MappingThreads):
                 failed_ids=tuple(r["messageId"] for r in records if r["messageId"] in failed),
             )
         )
+        self._report_dead_lettered([r for r in records if r["messageId"] in failed])
 
     def _invoke(self, records: list[dict[str, Any]], visibility_deadline: float) -> InvocationResult | None:
         """The function's answer to the batch; None when every attempt was throttled until the messages'

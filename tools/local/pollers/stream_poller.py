@@ -315,11 +315,11 @@ class StreamPoller(MappingThreads):
                     self._stop.wait(_ERROR_PAUSE_SECONDS)
                 if not progressed:
                     self._idle()
-        except Exception as exc:
-            self._activity.notice("error", self.source.label, f"stream poller stopped: {exc!r}")
-            raise
         finally:
-            self._reader.close()
+            # Anything else that escapes is reported by the thread's edge (supervision.py), which runs
+            # this loop again on the same lanes: the reader is closed only when the mapping stops.
+            if self._stop.is_set():
+                self._reader.close()
 
     # --- shards -----------------------------------------------------------------------------------
     def _discover(self) -> None:
@@ -482,11 +482,8 @@ class StreamPoller(MappingThreads):
 
     def _invoke_batch(self, lane: _Lane, batch: list[_Pending]) -> None:
         result: InvocationResult | None = None
-        try:
+        try:  # an exception is reported by the batch thread's edge (threads.py)
             result = self._function.invoke({"Records": [p.record for p in batch]}, throttle=True)
-        except Exception as exc:
-            self._activity.notice("error", self.source.label, f"stream batch failed: {exc!r}")
-            raise
         finally:  # the lane must not stay in flight: with no result, its batch is tried again
             self._returned.put((lane, batch, result))
             self._wake.set()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tools.local.console.activity import ActivityLog, Publication
+from tools.local.supervision import SupervisedThread
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -33,23 +33,13 @@ def _published_at(envelope: dict[str, Any]) -> float:
     return (published if published.tzinfo else published.replace(tzinfo=UTC)).timestamp()
 
 
-class TopicWatcher:
+class TopicWatcher(SupervisedThread):
     def __init__(self, topic: str, queue_url: str, sqs: SQSClient, activity: ActivityLog) -> None:
+        super().__init__(f"topic-{topic}")
         self.topic = topic
         self._queue_url = queue_url
         self._sqs = sqs
         self._activity = activity
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"topic-{topic}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -35,7 +35,12 @@ def envelope(
 
 
 def result(
-    start: float, duration_ms: float, *, payload: Any = None, error: FunctionError | None = None
+    start: float,
+    duration_ms: float,
+    *,
+    payload: Any = None,
+    error: FunctionError | None = None,
+    trace_header: str | None = None,
 ) -> Any:
     return InvocationResult(
         request_id=str(uuid.uuid4()),
@@ -43,13 +48,33 @@ def result(
         error=error,
         duration_ms=duration_ms,
         started_at=T0 + start,
+        trace_header=trace_header,
     )
 
 
+def trace_header() -> str:
+    """An X-Ray trace header of a trace and segment of its own (as Lambda gives an API invocation)."""
+    return f"Root=1-{uuid.uuid4().hex[:8]}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=1"
+
+
+def traceparent(header: str) -> str:
+    """The W3C traceparent of an X-Ray trace header (shop/domain/tracing.py), as an envelope carries it."""
+    fields = dict(part.split("=", 1) for part in header.split(";"))
+    _, epoch, rest = fields["Root"].split("-")
+    return f"00-{epoch}{rest}-{fields['Parent']}-01"
+
+
 def api_request(
-    order_id: str, correlation_id: str, start: float, *, method: str = "POST", status: int = 201
+    order_id: str,
+    correlation_id: str,
+    start: float,
+    *,
+    method: str = "POST",
+    status: int = 201,
+    trace: str | None = None,
+    path: str | None = None,
 ) -> Invocation:
-    path = "/orders" if method == "POST" else f"/orders/{order_id}"
+    path = path or ("/orders" if method == "POST" else f"/orders/{order_id}")
     event = {
         "httpMethod": method,
         "path": path,
@@ -62,7 +87,8 @@ def api_request(
         "body": json.dumps({"orderId": order_id, "status": "PENDING"}),
     }
     route = "POST /orders" if method == "POST" else "GET /orders/{orderId}"
-    return Invocation("OrdersApiFunction", "api", route, event, result(start, 50, payload=payload))
+    answer = result(start, 50, payload=payload, trace_header=trace)
+    return Invocation("OrdersApiFunction", "api", route, event, answer)
 
 
 def outbox_record(
@@ -97,14 +123,14 @@ def relay(
     )
 
 
-def message(event: dict[str, Any], *, receive_count: int = 1) -> dict[str, Any]:
-    """An SQS record of an EventBridge rule target: the event, its envelope as the detail."""
+def message(event: dict[str, Any], *, receive_count: int = 1, trace: str | None = None) -> dict[str, Any]:
+    """An SQS record of an EventBridge rule target: the event, its envelope as the detail (and the trace
+    header PutEvents was given, as its AWSTraceHeader)."""
     body = {"id": str(uuid.uuid4()), "detail-type": event["type"], "source": event["source"], "detail": event}
-    return {
-        "messageId": str(uuid.uuid4()),
-        "body": json.dumps(body),
-        "attributes": {"ApproximateReceiveCount": str(receive_count)},
-    }
+    attributes = {"ApproximateReceiveCount": str(receive_count)}
+    if trace is not None:
+        attributes["AWSTraceHeader"] = trace
+    return {"messageId": str(uuid.uuid4()), "body": json.dumps(body), "attributes": attributes}
 
 
 def consumer(
@@ -139,3 +165,25 @@ def confirmed_saga(order_id: str, correlation_id: str) -> list[Any]:
         consumer("NotificationFunction", "NotificationQueue", [message(confirmed)], 0.70),
         notification(confirmed, 0.74),
     ]
+
+
+def traced_saga(order_id: str, correlation_id: str, trace: str) -> dict[str, Any]:
+    """A confirmed order's saga as it runs with active tracing: the API's trace header written into each
+    envelope (traceparent) and handed on as each message's AWSTraceHeader (shop/runtime/trace_context.py).
+    Its entries ("entries", in recording order) and envelopes ("created", "reserved", "confirmed")."""
+    created = envelope("OrderCreated", order_id, correlation_id)
+    reserved = envelope("InventoryReserved", order_id, correlation_id, causation_id=created["id"])
+    confirmed = envelope("OrderConfirmed", order_id, correlation_id, causation_id=reserved["id"], sequence=2)
+    for event in (created, reserved, confirmed):
+        event["traceparent"] = traceparent(trace)
+    entries = [
+        api_request(order_id, correlation_id, 0.0, trace=trace),
+        relay([outbox_record(created, "100")], 0.10),
+        consumer("InventoryFunction", "InventoryQueue", [message(created, trace=trace)], 0.20),
+        relay([outbox_record(reserved, "200")], 0.35, table="InventoryTable"),
+        consumer("OrderStatusFunction", "OrderStatusQueue", [message(reserved, trace=trace)], 0.45),
+        relay([outbox_record(confirmed, "300")], 0.60),
+        consumer("NotificationFunction", "NotificationQueue", [message(confirmed, trace=trace)], 0.70),
+        notification(confirmed, 0.74),
+    ]
+    return {"entries": entries, "created": created, "reserved": reserved, "confirmed": confirmed}

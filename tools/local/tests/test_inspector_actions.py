@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from operations import admin
-from tools.local.inspector.actions import CommandRun, command_environment, recovery_argv, run_recovery
+from tools.local.inspector.actions import (
+    CommandRun,
+    command_environment,
+    recovery_argv,
+    recovery_queues,
+    run_recovery,
+)
 from tools.local.inspector.api import inspector_for
 from tools.local.pollers.event_sources import EventSources, read_event_sources
 from tools.local.services.emulators import FAKE_CREDENTIALS, Endpoints
@@ -305,3 +311,127 @@ def test_command_run_keeps_the_commands_json_documents_not_its_log_lines() -> No
     assert run.documents() == [POISON_REPORT, {"error": "x"}, {"redriven": 1, "kept": 0}]
     assert run.report()["seconds"] == 1.23
     assert run.report()["command"] == "python -m operations redrive"
+
+
+# --- a consumer dead-letter queue's button: python -m operations redrive-dlq -----------------------------
+def redrive_dlq(dead_letter_queue: str, queue: str) -> list[str]:
+    """The command line of a consumer dead-letter queue's button: its messages back to the queue whose
+    RedrivePolicy names it, both given."""
+    return [
+        "-m",
+        "operations",
+        "redrive-dlq",
+        "--max-messages",
+        "1000",
+        "--queue-url",
+        queue_url(dead_letter_queue),
+        "--to-queue-url",
+        queue_url(queue),
+    ]
+
+
+CONSUMER_QUEUES = [
+    ("InventoryDeadLetterQueue", "InventoryQueue"),
+    ("OrderStatusDeadLetterQueue", "OrderStatusQueue"),
+    ("NotificationDeadLetterQueue", "NotificationQueue"),
+]
+
+
+def test_every_consumer_dead_letter_queue_has_a_redrive_and_the_relay_queues_theirs(
+    template: Template,
+) -> None:
+    assert recovery_queues(template) == {
+        "redrive": "RelayDeadLetterQueue",
+        "redrive-poison": "RelayPoisonQueue",
+        **{f"redrive-dlq/{dead_letters}": dead_letters for dead_letters, _ in CONSUMER_QUEUES},
+    }
+
+
+@pytest.mark.parametrize(("dead_letter_queue", "queue"), CONSUMER_QUEUES)
+def test_a_dead_letter_queues_button_moves_its_messages_back_to_its_queue(
+    stack: FakeStack, dead_letter_queue: str, queue: str
+) -> None:
+    argv = recovery_argv(stack, f"redrive-dlq/{dead_letter_queue}")  # type: ignore[arg-type]
+
+    assert argv == [sys.executable, *redrive_dlq(dead_letter_queue, queue)]
+
+
+def test_the_operator_cli_reads_the_dead_letter_command_line_as_the_button_means_it(
+    stack: FakeStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+
+    def record(args: Any) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr(admin, "redrive_dead_letters", record)
+
+    assert admin.main(recovery_argv(stack, "redrive-dlq/OrderStatusDeadLetterQueue")[3:]) == 0  # type: ignore[arg-type]
+
+    [args] = seen
+    assert (args.command, args.queue_url, args.to_queue_url, args.max_messages, args.stack_name) == (
+        "redrive-dlq",
+        queue_url("OrderStatusDeadLetterQueue"),
+        queue_url("OrderStatusQueue"),
+        1000,
+        None,
+    )
+
+
+MOVED_REPORT = {
+    "messageId": "m-1",
+    "destination": queue_url("InventoryQueue"),
+    "newMessageId": "m-9",
+    "complete": True,
+}
+
+
+def test_the_dead_letter_button_through_the_api_answers_the_exact_command_and_what_it_moved(
+    stack: FakeStack, command_prints: Callable[..., Completed]
+) -> None:
+    completed = command_prints(MOVED_REPORT, {"redriven": 1, "kept": 0})
+
+    status, document = post(stack, "redrive-dlq/InventoryDeadLetterQueue")
+
+    assert status == 200
+    arguments = redrive_dlq("InventoryDeadLetterQueue", "InventoryQueue")
+    assert [call["argv"] for call in completed.calls] == [[sys.executable, *arguments]]
+    assert document["command"] == " ".join(["python", *arguments])
+    assert (document["action"], document["queue"], document["complete"]) == (
+        "redrive-dlq/InventoryDeadLetterQueue",
+        "InventoryDeadLetterQueue",
+        True,
+    )
+    assert document["messages"] == [MOVED_REPORT]
+    assert (
+        document["message"]
+        == "redrive-dlq: 1 message(s) moved from InventoryDeadLetterQueue back to its queue."
+    )
+
+
+def test_a_dead_letter_redrive_that_kept_a_message_says_so(
+    stack: FakeStack, command_prints: Callable[..., Completed]
+) -> None:
+    kept = {**MOVED_REPORT, "complete": False, "error": "not moved: SendMessage failed: AccessDenied"}
+    command_prints(kept, {"redriven": 0, "kept": 1}, returncode=1)
+
+    status, document = post(stack, "redrive-dlq/InventoryDeadLetterQueue")
+
+    assert (status, document["complete"]) == (200, False)
+    assert document["messages"] == [kept]
+    assert document["message"] == (
+        "redrive-dlq: 0 message(s) moved from InventoryDeadLetterQueue back to its queue, 1 kept there"
+        " (why is listed below); not every message was moved."
+    )
+
+
+def test_a_queue_that_is_no_dead_letter_queue_has_no_redrive(
+    stack: FakeStack, command_prints: Callable[..., Completed]
+) -> None:
+    completed = command_prints({"redriven": 1, "kept": 0})
+
+    status, document = post(stack, "redrive-dlq/InventoryQueue")
+
+    assert (status, document["error"]["code"]) == (404, "not_found")
+    assert completed.calls == []

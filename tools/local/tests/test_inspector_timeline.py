@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
+from tools.local.console.activity import Invocation
+from tools.local.console.reports import RecordReport
 from tools.local.inspector.timeline import (
     EventKeys,
     Hop,
@@ -13,6 +16,7 @@ from tools.local.inspector.timeline import (
     build_hops,
     order_timeline,
     outbox_row_hop,
+    report_notice,
 )
 from tools.local.runtime.functions import FunctionError
 from tools.local.tests.saga_entries import (
@@ -22,8 +26,13 @@ from tools.local.tests.saga_entries import (
     consumer,
     envelope,
     message,
+    notification,
     outbox_record,
     relay,
+    result,
+    trace_header,
+    traced_saga,
+    traceparent,
 )
 
 SAGA = [
@@ -240,3 +249,219 @@ def test_the_cache_reads_each_entry_once_and_forgets_the_entries_the_log_dropped
     assert [h.to_json() for h in build_hops(first + second, cache=cache)] == [
         h.to_json() for h in build_hops(first + second)
     ]
+
+
+# --- one tree per saga, on every order store ------------------------------------------------------------
+def tree(timeline: list[Hop]) -> list[tuple[str, str | None, int, str | None, tuple[str, str | None] | None]]:
+    """Each hop as (function, event type, depth, relation, its parent's (function, event type))."""
+    by_id = {hop.id: hop for hop in timeline}
+    return [
+        (
+            hop.function,
+            hop.keys.event_type,
+            hop.depth,
+            hop.relation,
+            (by_id[hop.parent].function, by_id[hop.parent].keys.event_type) if hop.parent in by_id else None,
+        )
+        for hop in timeline
+    ]
+
+
+def expected_tree(order_publisher: str) -> list[Any]:
+    """The saga's tree: each publication under the API request whose trace it continues, each consumer
+    under the publication of its event, the SNS publication under its consumer."""
+    api = ("OrdersApiFunction", None)
+    return [
+        (*api, 0, None, None),
+        (order_publisher, "OrderCreated", 1, "child", api),
+        ("InventoryFunction", "OrderCreated", 2, "linked", (order_publisher, "OrderCreated")),
+        ("OutboxRelayFunction", "InventoryReserved", 1, "child", api),
+        (
+            "OrderStatusFunction",
+            "InventoryReserved",
+            2,
+            "linked",
+            ("OutboxRelayFunction", "InventoryReserved"),
+        ),
+        (order_publisher, "OrderConfirmed", 1, "child", api),
+        ("NotificationFunction", "OrderConfirmed", 2, "linked", (order_publisher, "OrderConfirmed")),
+        ("NotificationTopic", "OrderConfirmed", 3, None, ("NotificationFunction", "OrderConfirmed")),
+    ]
+
+
+def outbox_row(
+    position: int, event: dict[str, Any], created: float, published: float | None
+) -> dict[str, Any]:
+    """A row of the PostgreSQL order store's outbox, as stack_view.outbox_rows reads it."""
+    return {
+        "position": position,
+        "event_id": event["id"],
+        "aggregate_id": event["subject"],
+        "event_type": event["type"],
+        "envelope": event,
+        "created_at": T0 + created,
+        "published_at": None if published is None else T0 + published,
+        "parked_at": None,
+        "attempts": 0,
+        "last_error": None,
+    }
+
+
+def test_on_dynamodb_the_saga_is_one_tree_under_its_api_request() -> None:
+    saga = traced_saga("o-1", "corr-1", trace_header())
+
+    timeline = order_timeline(build_hops(saga["entries"]), "o-1")
+
+    assert tree(timeline) == expected_tree("OutboxRelayFunction")
+
+
+@pytest.mark.parametrize("relay", ["polling", "logical"])
+def test_on_postgresql_the_outbox_rows_publications_hang_under_the_api_and_the_consumers_under_them(
+    relay: str,
+) -> None:
+    """The order events are published from the outbox table (their hops are its rows, made apart from the
+    entries: the polling publisher records a publish time, the logical relay none); the inventory's
+    still go through the stream relay."""
+    saga = traced_saga("o-1", "corr-1", trace_header())
+    entries = [
+        entry
+        for entry in saga["entries"]
+        if not (
+            isinstance(entry, Invocation) and entry.trigger == "dynamodb" and entry.source == "OrdersTable"
+        )
+    ]
+    hops = build_hops(entries)
+    consumed = frozenset(h.keys.event_id for h in hops if h.trigger == "sqs" and h.keys.event_id)
+    published = {"polling": 0.15, "logical": None}[relay]
+    rows = [
+        outbox_row(1, saga["created"], 0.05, published),
+        outbox_row(2, saga["confirmed"], 0.55, published),
+    ]
+
+    timeline = order_timeline([*hops, *(outbox_row_hop(row, consumed) for row in rows)], "o-1")
+
+    assert tree(timeline) == expected_tree("OutboxPublisherFunction")
+
+
+def test_a_consumer_hangs_under_the_publication_that_put_its_event_on_the_bus() -> None:
+    trace = trace_header()
+    created = envelope("OrderCreated", "o-1", "corr-1") | {"traceparent": traceparent(trace)}
+    entries = [
+        api_request("o-1", "corr-1", 0.0, trace=trace),
+        relay([outbox_record(created, "100")], 0.1, failed=("100",)),
+        relay([outbox_record(created, "100")], 0.3),
+        consumer("InventoryFunction", "InventoryQueue", [message(created, trace=trace)], 0.5),
+    ]
+
+    first, failed, published, handled = order_timeline(build_hops(entries), "o-1")
+
+    assert (failed.outcome, published.outcome) == ("failed", "ok")
+    assert (handled.parent, handled.relation) == (published.id, "linked")
+    assert {failed.parent, published.parent} == {first.id}
+
+
+def test_a_consumer_whose_publication_is_not_on_the_timeline_hangs_under_the_trace_segment_itself() -> None:
+    """A message an operator command republished (redrive, replay): no hop of the stack published it."""
+    saga = traced_saga("o-1", "corr-1", trace_header())
+    entries = [e for e in saga["entries"] if not (isinstance(e, Invocation) and e.trigger == "dynamodb")]
+
+    timeline = order_timeline(build_hops(entries), "o-1")
+
+    api = timeline[0]
+    consumers = [hop for hop in timeline if hop.trigger == "sqs"]
+    assert [(hop.parent, hop.relation, hop.depth) for hop in consumers] == [(api.id, "linked", 1)] * 3
+
+
+def test_hops_without_trace_context_stand_alone() -> None:
+    timeline = order_timeline(build_hops(confirmed_saga("o-1", "corr-1")), "o-1")
+
+    assert [hop.depth for hop in timeline] == [0] * 7 + [1]  # the SNS publication: under its consumer
+
+
+# --- what the functions said about each record ----------------------------------------------------------
+def reported(entry: Invocation, *reports: RecordReport) -> list[Any]:
+    """The entry with its function's reports, as the stack view hands them to the timeline."""
+    return [entry, *(report_notice(entry.function, entry.result.request_id, r) for r in reports)]
+
+
+def test_an_event_a_consumer_ignored_says_ignored_and_why() -> None:
+    reserved = envelope("InventoryReserved", "o-1", "corr-1")
+    late = consumer("OrderStatusFunction", "OrderStatusQueue", [message(reserved)], 0.0)
+    applied = consumer("OrderStatusFunction", "OrderStatusQueue", [message(reserved)], 1.0)
+    said = RecordReport("ignored", "order CANCELLED", reserved["id"])
+
+    ignored, confirmed = build_hops(
+        [*reported(late, said), *reported(applied, RecordReport("applied", "confirmed", reserved["id"]))]
+    )
+
+    assert (ignored.outcome, ignored.result) == ("ignored", "ignored: order CANCELLED")
+    assert ignored.to_json()["outcome"] == "ignored"
+    assert (confirmed.outcome, confirmed.result) == ("ok", "confirmed")
+
+
+def test_a_failed_message_shows_the_error_its_consumer_logged_for_it() -> None:
+    created, other = envelope("OrderCreated", "o-1", "corr-1"), envelope("OrderCreated", "o-2", "corr-2")
+    records = [message(created), message(other)]
+    failing = Invocation(
+        "InventoryFunction",
+        "sqs",
+        "InventoryQueue",
+        {"Records": records},
+        result(0.0, 80, payload={"batchItemFailures": [{"itemIdentifier": records[0]["messageId"]}]}),
+        (records[0]["messageId"],),
+    )
+    why = RecordReport(
+        "failed", "TimeoutError: DynamoDB did not answer", created["id"], records[0]["messageId"]
+    )
+
+    failed, fine = build_hops(reported(failing, why))
+
+    assert (failed.outcome, failed.error) == ("failed", "TimeoutError: DynamoDB did not answer")
+    assert (fine.outcome, fine.error) == ("ok", None)
+
+
+def test_a_record_the_relay_parked_says_why_though_its_message_has_left_the_poison_queue() -> None:
+    event = envelope("OrderCreated", "o-1", "corr-1")
+    parking = relay([outbox_record(event, "100")], 0.0)
+    why = RecordReport(
+        "parked", "EventBridge rejected the entry: MalformedDetail", event["id"], sequence_number="100"
+    )
+
+    (hop,) = build_hops(reported(parking, why))
+
+    assert (hop.outcome, hop.error) == (
+        "parked",
+        "parked in the relay poison queue: EventBridge rejected the entry: MalformedDetail",
+    )
+
+
+def test_a_report_is_told_only_to_the_invocation_and_record_it_names() -> None:
+    created = envelope("OrderCreated", "o-1", "corr-1")
+    first = consumer("InventoryFunction", "InventoryQueue", [message(created)], 0.0)
+    second = consumer("InventoryFunction", "InventoryQueue", [message(created)], 1.0)
+    elsewhere = report_notice(
+        "InventoryFunction", first.result.request_id, RecordReport("ignored", "stale", "e-x")
+    )
+
+    hops = build_hops(
+        [first, *reported(second, RecordReport("ignored", "duplicate", created["id"])), elsewhere]
+    )
+
+    assert [(hop.outcome, hop.result) for hop in hops] == [("ok", None), ("ignored", "ignored: duplicate")]
+
+
+def test_a_notification_hangs_under_the_consumer_that_says_it_published_it_not_another_of_its_event() -> None:
+    """OrderCancelled reaches inventory and notification: both may be running when SNS publishes."""
+    cancelled = envelope("OrderCancelled", "o-1", "corr-1", sequence=3)
+    notifying = consumer("NotificationFunction", "NotificationQueue", [message(cancelled)], 0.0)
+    releasing = consumer("InventoryFunction", "InventoryQueue", [message(cancelled)], 0.01)
+    published = notification(cancelled, 0.05)
+    said = RecordReport("applied", f"notified:{published.message_id}", cancelled["id"])
+    entries = [*reported(notifying, said), releasing, published]
+
+    hops = {hop.function: hop for hop in build_hops(entries)}
+
+    assert hops["NotificationTopic"].parent == hops["NotificationFunction"].id
+    # Without the report, the consumer running when it was published that started last is all there is.
+    (guessed,) = [h for h in build_hops([notifying, releasing, published]) if h.trigger == "sns"]
+    assert guessed.parent == hops["InventoryFunction"].id

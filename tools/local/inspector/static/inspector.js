@@ -25,6 +25,17 @@ function h(tag, attributes, ...children) {
 }
 
 const shortName = (logicalId) => (logicalId || "").replace(/Function$/, "") || logicalId;
+// Ids (order ids, UUIDs, hex) of more than ID_KEEP + 4 characters are shown as their first ID_KEEP and an
+// ellipsis; the element carrying the shortened text has the whole text as its title.
+const ID_KEEP = 8;
+const LONG_ID = /[A-Za-z]?-?[0-9a-f]{8}[0-9a-f-]{8,}/g;
+const elideIds = (text) => String(text || "").replace(LONG_ID, (id) => (id.length > ID_KEEP + 4 ? `${id.slice(0, ID_KEEP)}…` : id));
+// One line of text that never leaves its box: ids elided, and what is still too long for the box cut
+// with an ellipsis (CSS); the whole value on hover.
+function line(text, attributes) {
+  const full = String(text || "");
+  return h("span", { class: "line", title: full, ...(attributes || {}) }, elideIds(full));
+}
 const pad = (n, width) => String(n).padStart(width, "0");
 function clock(ms) {
   if (!ms) return "";
@@ -89,12 +100,36 @@ async function refresh() {
     else if (current.view === "order") await renderOrder(current.orderId);
     else await renderQueues();
     if (current.view !== "queues") await renderBadge(await call("/queues?messages=0"));
+    await renderHealth();
     document.getElementById("updated").textContent = `updated ${clock(Date.now())}`;
   } catch (error) {
     showError(error instanceof ApiError ? error : { code: "unreachable", message: `the local stack does not answer: ${error}` });
   } finally {
     refreshing = false;
   }
+}
+
+// --- the stack's threads (GET /_local/api/health; a stack without that endpoint answers 404) -------------
+async function renderHealth() {
+  const banner = document.getElementById("health");
+  let result;
+  try {
+    result = await call("/health");
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) {
+      banner.hidden = true;  // this stack does not report its threads
+      return;
+    }
+    throw error;
+  }
+  const troubled = (result.threads || []).filter((t) => !t.alive || t.restarts > 0);
+  banner.hidden = troubled.length === 0;
+  banner.replaceChildren(
+    h("strong", {}, troubled.some((t) => !t.alive) ? "The stack is not running whole" : "Part of the stack restarted"),
+    h("ul", {}, troubled.map((t) => h("li", { "data-testid": "health-thread", "data-thread": t.name, "data-alive": String(t.alive) },
+      h("span", { class: "mono" }, t.name), " ",
+      t.alive ? `restarted ${t.restarts} time(s)` : "stopped" + (t.restarts ? ` after ${t.restarts} restart(s)` : ""),
+      t.error ? h("span", { class: "dim" }, ` — last error: ${t.error}`) : null))));
 }
 
 function renderBadge(document_) {
@@ -183,6 +218,8 @@ async function renderOrder(orderId) {
   view.dataset.view = "order";
 }
 
+const COLUMNS = ["Hop", "What", "Start", "Duration", "Outcome", "Retries", "Event"];
+
 function waterfall(hops) {
   if (!hops.length) return h("p", { class: "dim" }, "no hop recorded yet");
   const start = Math.min(...hops.map((hop) => hop.startMs));
@@ -192,30 +229,68 @@ function waterfall(hops) {
     const left = ((hop.startMs - start) / span) * 100;
     const width = Math.max((hop.durationMs / span) * 100, 0.4);
     const what = [hop.detail || hop.eventType, hop.batchSize > 1 ? `batch of ${hop.batchSize}` : null].filter(Boolean).join(" · ");
+    const linked = hop.relation === "linked";
+    const ids = [hop.eventId && `event ${hop.eventId}`, hop.correlationId && `correlation ${hop.correlationId}`,
+      hop.causationId && `caused by ${hop.causationId}`, hop.traceId && `trace ${hop.traceId}`].filter(Boolean).join("\n");
     return h("tr", {
       class: `hop outcome-${hop.outcome}`, "data-testid": "hop-row", "data-function": hop.function, "data-trigger": hop.trigger,
       "data-event-type": hop.eventType || "", "data-event-id": hop.eventId || "", "data-outcome": hop.outcome,
-      "data-parent": hop.parent || "", "data-depth": hop.depth, "data-relation": hop.relation || "",
+      "data-hop-id": hop.id, "data-parent": hop.parent || "", "data-depth": hop.depth, "data-relation": hop.relation || "",
     },
-      h("td", { class: "hop-name", style: `padding-left: ${0.5 + hop.depth * 1.4}rem` },
-        hop.depth ? h("span", { class: "dim", title: hop.relation === "linked" ? "a trace of its own, linked to its parent's (as X-Ray links an SQS consumer)" : "" }, hop.relation === "linked" ? "┈ " : "└ ") : null,
-        h("strong", {}, shortName(hop.function)), h("br"), h("span", { class: "dim small" }, `${hop.trigger} · ${hop.source}`)),
-      h("td", {}, what, hop.error ? h("div", { class: "hop-error" }, hop.error) : null),
-      h("td", { class: "mono small" }, clock(hop.startMs), h("br"), h("span", { class: "dim" }, `+${duration(hop.startMs - start)}`)),
+      h("td", { class: "hop-name", style: `padding-left: ${0.5 + hop.depth * 0.9}rem` },
+        h("span", { class: "line" },
+          hop.depth ? h("span", { class: "dim tree", title: linked ? "a trace of its own, linked to its parent's (as X-Ray links an SQS consumer)" : "continues its parent's trace" }, linked ? "┈ " : "└ ") : null,
+          h("strong", { title: hop.function }, shortName(hop.function))),
+        line(`${hop.trigger} · ${hop.source}`, { class: "line dim small" })),
+      h("td", { class: "hop-what" },
+        line(what, { "data-testid": "hop-what" }),
+        hop.result ? line(`→ ${hop.result}`, { class: `line small hop-result outcome-${hop.outcome}`, "data-testid": "hop-result" }) : null,
+        hop.error ? line(hop.error, { class: "line hop-error", "data-testid": "hop-error" }) : null),
+      h("td", { class: "mono small" }, line(clock(hop.startMs)), line(`+${duration(hop.startMs - start)}`, { class: "line dim" })),
       h("td", { class: "num" }, duration(hop.durationMs), hop.coldStart ? h("span", { class: "cold", title: "cold start" }, " ❄") : null),
-      h("td", {}, h("span", { class: `outcome outcome-${hop.outcome}` }, hop.outcome)),
+      h("td", {}, h("span", { class: `outcome outcome-${hop.outcome}`, "data-testid": "hop-outcome", title: hop.result || hop.error || hop.outcome }, hop.outcome)),
       h("td", { class: "num", "data-testid": "hop-retries" }, hop.trigger === "api" || hop.trigger === "sns" ? "–" : String(hop.retries)),
-      h("td", { class: "mono small", title: [hop.eventId && `event ${hop.eventId}`, hop.correlationId && `correlation ${hop.correlationId}`, hop.causationId && `caused by ${hop.causationId}`].filter(Boolean).join("\n") },
-        hop.eventId ? hop.eventId.slice(0, 8) : "–"),
-      h("td", { class: "track" }, h("div", { class: "bar", style: `left: ${left}%; width: ${width}%` })));
+      h("td", { class: "mono small", title: ids }, hop.eventId ? `${hop.eventId.slice(0, 8)}…` : "–"),
+      h("td", { class: "track", title: `${duration(hop.durationMs)} from +${duration(hop.startMs - start)}` },
+        h("div", { class: "bar", style: `left: ${left}%; width: ${width}%` })));
   });
-  return h("table", { class: "waterfall", "data-testid": "timeline" },
-    h("thead", {}, h("tr", {}, ["Hop", "What", "Start", "Duration", "Outcome", "Retries", "Event", `Waterfall (${duration(span)})`].map((c) => h("th", {}, c)))),
-    h("tbody", {}, rows));
+  const headers = [...COLUMNS, `Waterfall (${duration(span)})`].map((c) => h("th", { title: c }, c));
+  return h("div", { class: "timeline-frame" },
+    h("table", { class: "waterfall", "data-testid": "timeline" }, h("thead", {}, h("tr", {}, headers)), h("tbody", {}, rows)));
 }
 
 // --- queues and the redrive buttons --------------------------------------------------------------------
-const ACTION_LABELS = { redrive: "Redrive", "redrive-poison": "Redrive poison" };
+// An action is "redrive", "redrive-poison" or "redrive-dlq/<dead-letter queue>": its command is the first part.
+const commandOf = (action) => action.split("/")[0];
+function actionLabel(queue) {
+  const command = commandOf(queue.action);
+  if (command === "redrive-dlq") return `Redrive to ${queue.deadLetterFor}`;
+  return command === "redrive-poison" ? "Redrive poison" : "Redrive";
+}
+
+// What the stack saw of a dead-lettered message: its receive count and why it last failed.
+function deliveryFields(message) {
+  const fields = [];
+  if (message.receiveCount !== null && message.receiveCount !== undefined) fields.push(["received", `${message.receiveCount} time(s)`]);
+  if (message.invokeCount !== null && message.invokeCount !== undefined) fields.push(["invoked", `${message.invokeCount} time(s)`]);
+  return fields.map(([k, v]) => h("span", { class: "field", "data-testid": `message-${k}` }, h("span", { class: "dim" }, `${k} `), v));
+}
+
+function messageCard(queue, message) {
+  const details = h("details", { "data-message-id": message.messageId, "data-testid": "queue-message",
+    ontoggle: (e) => (e.target.open ? state.openMessages.add(message.messageId) : state.openMessages.delete(message.messageId)) },
+    h("summary", {}, h("span", { class: "mono small" }, clock(message.sentAtMs)), " ",
+      Object.entries(message.summary).filter(([, v]) => v !== null && v !== undefined && typeof v !== "object")
+        .map(([k, v]) => h("span", { class: "field" }, h("span", { class: "dim" }, `${k} `), String(v))),
+      deliveryFields(message),
+      queue.role === "consumer dead-letter queue" || queue.role === "relay dead-letter queue"
+        ? h("span", { class: "block hop-error small", "data-testid": "message-last-error" },
+            message.lastError ? `last error: ${message.lastError}` : h("span", { class: "dim" }, "last error: not seen by this stack"))
+        : null),
+    h("pre", {}, typeof message.body === "string" ? message.body : JSON.stringify(message.body, null, 2)));
+  details.open = state.openMessages.has(message.messageId);
+  return details;
+}
 
 async function renderQueues() {
   const result = await call("/queues");
@@ -230,21 +305,12 @@ async function renderQueues() {
       queue.deadLetterFor ? h("span", { class: "dim" }, ` (dead letters of ${queue.deadLetterFor})`) : null);
     const counts = h("p", { class: "counts", "data-testid": "queue-counts" },
       h("span", { "data-testid": "queue-visible" }, String(queue.visible)), " waiting · ", String(queue.inFlight), " in flight · ", String(queue.delayed), " delayed");
-    const action = queue.action
-      ? h("button", { class: "primary", "data-testid": `action-${queue.action}`, disabled: state.busy, onclick: () => confirmAction(queue, total) }, ACTION_LABELS[queue.action])
+    // A button only where there is something to redrive (in flight: a redrive running, say).
+    const action = queue.action && total > 0
+      ? h("button", { class: "primary", "data-testid": `action-${commandOf(queue.action)}`, disabled: state.busy,
+          title: `python -m operations ${commandOf(queue.action)}`, onclick: () => confirmAction(queue, total) }, actionLabel(queue))
       : null;
-    const messages = queue.peeked
-      ? queue.messages.map((message) => {
-          const details = h("details", { "data-message-id": message.messageId, "data-testid": "queue-message",
-            ontoggle: (e) => (e.target.open ? state.openMessages.add(message.messageId) : state.openMessages.delete(message.messageId)) },
-            h("summary", {}, h("span", { class: "mono small" }, clock(message.sentAtMs)), " ",
-              Object.entries(message.summary).filter(([, v]) => v !== null && v !== undefined && typeof v !== "object")
-                .map(([k, v]) => h("span", { class: "field" }, h("span", { class: "dim" }, `${k} `), String(v)))),
-            h("pre", {}, typeof message.body === "string" ? message.body : JSON.stringify(message.body, null, 2)));
-          details.open = state.openMessages.has(message.messageId);
-          return details;
-        })
-      : [];
+    const messages = queue.peeked ? queue.messages.map((message) => messageCard(queue, message)) : [];
     const more = queue.peeked && queue.visible > queue.messages.length
       ? h("p", { class: "dim" }, `the first ${queue.messages.length} of ${queue.visible} shown`) : null;
     const note = !queue.peeked && queue.role === "consumer queue"
@@ -259,9 +325,12 @@ async function renderQueues() {
 
 function confirmAction(queue, total) {
   const dialog = document.getElementById("confirm");
+  const command = commandOf(queue.action);
+  const what = command === "redrive-dlq"
+    ? `Each message is moved back to ${queue.deadLetterFor} (a new message with the same body and attributes, as SQS's DLQ redrive moves it) and deleted from ${queue.logicalId} once sent.`
+    : "Each message is republished to the bus and deleted only when its report is complete.";
   document.getElementById("confirm-text").textContent =
-    `Run "python -m operations ${queue.action}" on ${queue.logicalId} (${total} message(s) there now)? ` +
-    "Each message is republished to the bus and deleted only when its report is complete.";
+    `Run "python -m operations ${command}" on ${queue.logicalId} (${total} message(s) there now)? ${what}`;
   dialog.returnValue = "";
   dialog.onclose = () => { if (dialog.returnValue === "yes") runAction(queue.action); };
   dialog.showModal();
@@ -272,15 +341,28 @@ async function runAction(action) {
   state.report = { running: action };
   await renderQueues().catch(() => {});
   try {
-    const result = await call(`/actions/${action}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+    const result = await call(`/actions/${action.split("/").map(encodeURIComponent).join("/")}`,
+      { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
     state.report = { ok: result.complete, result };
   } catch (error) {
-    state.report = { ok: false, error: error instanceof ApiError ? { code: error.code, message: error.message } : { code: "unreachable", message: String(error) },
+    const code = error instanceof ApiError ? error.code : "unreachable";
+    // Nothing to redrive (the queue emptied since the page drew the button) is no failure.
+    state.report = { ok: false, nothing: code === "nothing_to_redrive",
+      error: error instanceof ApiError ? { code: error.code, message: error.message } : { code, message: String(error) },
       result: error.document && error.document.report };
   } finally {
     state.busy = false;
   }
   await refresh();
+}
+
+function messageReport(m) {
+  if (m.destination) {  // redrive-dlq: moved to its queue as a new message
+    return h("li", {}, h("span", { class: "mono small" }, m.messageId || ""),
+      m.complete ? ` moved as ${m.newMessageId}` : h("span", { class: "hop-error" }, ` ${m.error}`));
+  }
+  return h("li", {}, h("span", { class: "mono small" }, m.messageId || ""), ` found ${m.found}, published ${m.published}, complete ${m.complete}`,
+    (m.missing || []).length ? h("ul", {}, m.missing.map((text) => h("li", { class: "hop-error" }, text))) : null);
 }
 
 function actionReport(report) {
@@ -289,17 +371,16 @@ function actionReport(report) {
   }
   const result = report.result;
   const headline = report.error
-    ? h("p", { "data-testid": "action-message" }, h("strong", {}, report.error.code), " ", report.error.message)
+    ? h("p", { "data-testid": "action-message" }, report.nothing ? null : h("strong", {}, report.error.code), report.nothing ? "" : " ", report.error.message)
     : h("p", { "data-testid": "action-message" }, result.message);
   const summary = result && result.summary
     ? h("p", { class: "counts", "data-testid": "action-summary" },
-        `redriven ${result.summary.redriven} · kept ${result.summary.kept} · parked ${(result.summary.parked || []).length}`)
+        `redriven ${result.summary.redriven} · kept ${result.summary.kept}` + ("parked" in result.summary ? ` · parked ${(result.summary.parked || []).length}` : ""))
     : null;
-  const messages = result ? (result.messages || []).map((m) =>
-    h("li", {}, h("span", { class: "mono small" }, m.messageId || ""), ` found ${m.found}, published ${m.published}, complete ${m.complete}`,
-      (m.missing || []).length ? h("ul", {}, m.missing.map((text) => h("li", { class: "hop-error" }, text))) : null)) : [];
+  const messages = result ? (result.messages || []).map(messageReport) : [];
   const errors = result ? (result.errors || []).map((e) => h("li", { class: "hop-error" }, `${e.messageId || ""} ${e.error}`)) : [];
-  return h("section", { class: `report ${report.ok ? "ok" : "not-ok"}`, "data-testid": "action-report", "data-state": report.ok ? "complete" : "incomplete" },
+  const [kind, state_] = report.nothing ? ["neutral", "nothing"] : report.ok ? ["ok", "complete"] : ["not-ok", "incomplete"];
+  return h("section", { class: `report ${kind}`, "data-testid": "action-report", "data-state": state_ },
     h("button", { class: "close", title: "dismiss", onclick: () => { state.report = null; refresh(); } }, "×"),
     headline, summary,
     messages.length || errors.length ? h("ul", {}, messages, errors) : null,
