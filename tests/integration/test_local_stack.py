@@ -135,6 +135,20 @@ def test_the_api_serves_the_handlers_responses_over_http(local_stack: LocalStack
 def test_make_invoke_runs_a_function_against_the_running_stack(
     local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    invoke_get_order_against(local_stack, tmp_path, capsys)
+
+
+def test_make_invoke_runs_a_function_as_a_running_postgres_stack_runs_it(
+    postgres_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stack's parameters (OrderStore=postgres) and its database come from its state file: the order
+    is read from the PostgreSQL store, not looked for in a DynamoDB table."""
+    invoke_get_order_against(postgres_stack, tmp_path, capsys)
+
+
+def invoke_get_order_against(
+    local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     order_id, _ = create_order(local_stack)
     event = load_event("api_get_order.json")
     event["pathParameters"] = {"orderId": order_id}

@@ -93,7 +93,11 @@ def invoke(function: str, event_path: Path, state_file: Path) -> int:
     state = running_stack(state_file)
     if state is not None:
         print(f"invoking {function} against the running local stack", file=sys.stderr)
-        running = Template.load(stack_name=str(state["stack_name"]))
+        running = Template.load(
+            stack_name=str(state["stack_name"]),
+            parameters=state.get("parameters"),
+            application_outputs=state.get("application_outputs"),
+        )
         seed_named_orders(event, event_path, running, Endpoints(**state["endpoints"]), _say)
         result = _invoke_against(state, running, function, event)
     else:
