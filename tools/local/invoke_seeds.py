@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from unittest import mock
 
+from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
+
 from shop.adapters import aws
 from shop.adapters.outbox_items import ENVELOPE
 from shop.domain import inventory, orders
@@ -160,6 +162,9 @@ def order_store(template: Template, endpoints: Endpoints) -> Iterator[SeedableOr
     # The adapters' clients read the endpoints and credentials from the environment, as in a function.
     with mock.patch.dict("os.environ", forced_environment(endpoints)):
         aws.reset_clients()
+        # Powertools keeps its default secrets provider (and its client) per process: one made before
+        # the endpoints were set would ask AWS itself for the order database's password.
+        DEFAULT_PROVIDERS.clear()
         try:
             if settings.order_store == "postgres":
                 from shop.adapters.postgres.connection import Database
@@ -177,6 +182,7 @@ def order_store(template: Template, endpoints: Endpoints) -> Iterator[SeedableOr
                 yield DynamoOrderRepository(settings)
         finally:
             aws.reset_clients()
+            DEFAULT_PROVIDERS.clear()
 
 
 def seed_named_orders(
