@@ -279,4 +279,4 @@ chaos-scenarios: $(STAMP) $(NODE_STAMP) ## poison in a full batch of 100, a redr
 docs: $(STAMP) $(NODE_STAMP) browser ## regenerate reference tables, events table, docs/asyncapi.yaml, docs/order-database.sql and the inspector's screenshots (docs/images/inspector*.png)
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs.database_schema
-	PYTHONPATH=layers/shared $(BIN)/python -m tools.local.inspector.screenshot docs/images/inspector.png
+	PYTHONPATH=layers/shared $(BIN)/python -m tools.docs.inspector_screenshot docs/images/inspector.png

@@ -8,7 +8,8 @@ tests/conformance) share one of each per session:
   name "probe", only the probe functions started), for the event source semantics.
 Each fixture stops what it started and asserts that none of its processes is left. They import the
 local stack (tests/local_stacks.py) only when a test asks for them: the unit layer, which loads this file
-too, never imports tools.local (tests/unit/test_architecture.py).
+too, never imports the local stack; of tools.local only the PostgreSQL server's start
+(services/embedded_postgres.py, for `postgres_server`; tests/unit/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -100,12 +101,12 @@ def invoke(
     reset_process_state()
 
 
-# --- the order database (a real PostgreSQL: tests/support/postgres.py) -----------------------------------
+# --- the order database (a real PostgreSQL: tools/local/services/embedded_postgres.py) -------------------
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectionSettings]:
     """One PostgreSQL server for the session, migrated from zero (the migrations a deployment applies)."""
     from shop.adapters.postgres.schema import apply_migrations
-    from tests.support.postgres import embedded_server
+    from tools.local.services.embedded_postgres import embedded_server
 
     with embedded_server(tmp_path_factory.mktemp("postgres")) as settings:
         apply_migrations(settings)

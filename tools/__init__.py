@@ -6,6 +6,8 @@
 - tools.bench  relay efficiency, latency, cold start, write cost (`make bench`)
 - tools.docs   reference tables, events table and AsyncAPI document, generated (`make docs`)
 
-tools.chaos and tools.bench drive tools.local; tools.local imports nothing of theirs. tools.template
-imports nothing of tools/.
+tools.chaos, tools.bench and tools.docs drive tools.local; tools.local imports nothing of theirs.
+tools.template imports nothing of tools/. No module outside tests/ imports tests/ (test code: pytest's
+conftest.py files and the tests/ folders), and tools/ has no import circle
+(tests/unit/test_architecture.py).
 """

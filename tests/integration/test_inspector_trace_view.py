@@ -26,8 +26,8 @@ import pytest
 
 from shop.domain.inventory import INVENTORY_RESERVED
 from tests.local_stacks import start_stack, stop_stack
+from tools.docs.inspector_screenshot import order_with_gets_and_a_cancel, place_order
 from tools.local.inspector.browser import browser_tests_gate, headless_chromium
-from tools.local.inspector.screenshot import order_with_gets_and_a_cancel, place_order
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
 from tools.template import Template

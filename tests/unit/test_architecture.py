@@ -7,11 +7,19 @@ TYPE_CHECKING blocks too, relative ones resolved) of every module.
     operations     imported only by operations/, tools/ and the tests that exercise it: no shipped code
                    (the layer, the functions) and no other code depends on operator commands
     tests/unit     the product's unit tests stand alone: of tools/ they import only the template reader
-                   (tools.template) and the IAM evaluation of the template (tools.iam, which itself
-                   imports nothing else of tools/ but tools.template), never the local stack, chaos, bench
-                   or docs tooling; of tests/ only their own modules, tests/support and
-                   tests/conftest.py. tests/conftest.py is held to the same rule for what loading it runs
-                   (its local-stack fixtures import the stack only when a test asks for one).
+                   (tools.template), the IAM evaluation of the template (tools.iam, which itself
+                   imports nothing else of tools/ but tools.template) and the embedded PostgreSQL's start
+                   (tools.local.services.embedded_postgres, which imports nothing else of tools/), never
+                   the local stack, chaos, bench or docs tooling; of tests/ only their own modules,
+                   tests/support and tests/conftest.py. tests/conftest.py is held to the same rule for
+                   what loading it runs (its local-stack fixtures import the stack only when a test asks
+                   for one).
+    tests          imported by test code only (pytest's: a tests/ folder, a test_*.py, a conftest.py):
+                   tools, operator and shipped code never import test code
+    tools          no import circle between its modules, every import statement counted (TYPE_CHECKING
+                   and function-level ones too: a reader follows them as well); in tools/local the
+                   stack hands the inspector, and the console its printer, what they need through
+                   Protocols
 and the key design stays in one module: no shipped or operator code but shop/adapters/keys.py spells a
 key prefix.
 """
@@ -19,6 +27,7 @@ key prefix.
 from __future__ import annotations
 
 import ast
+import graphlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +41,11 @@ DOMAIN_NEVER = ("boto3", "botocore", "aws_lambda_powertools", "shop.adapters", "
 KEY_PREFIXES = ("ORDER#", "REQUEST#", "SKU#", "RESERVATION#", "OUTBOX#")
 PRODUCT_TEST_MODULES = ("tests.unit", "tests.support", "tests.conftest")
 # What of tools/ the product's unit tests may import, and what of tools/ each of those imports itself.
-PRODUCT_TEST_TOOLS = {"tools.template": (), "tools.iam": ("tools.template",)}
+PRODUCT_TEST_TOOLS = {
+    "tools.template": (),
+    "tools.iam": ("tools.template",),
+    "tools.local.services.embedded_postgres": (),
+}
 NOT_PROJECT_CODE = {".venv", ".venv-scan", ".aws-sam", ".mutation", "node_modules", ".git"}
 
 
@@ -113,6 +126,38 @@ def python_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if not NOT_PROJECT_CODE & set(p.relative_to(root).parts))
 
 
+def tool_files(tool: str) -> list[Path]:
+    """What importing `tool` may run: a package's modules, or a module and its packages' __init__.py."""
+    path = ROOT.joinpath(*tool.split("."))
+    if path.is_dir():
+        return python_files(path)
+    packages = [
+        ROOT.joinpath(*tool.split(".")[:depth], "__init__.py") for depth in range(1, tool.count(".") + 1)
+    ]
+    return [path.with_suffix(".py"), *packages]
+
+
+def is_test_code(path: Path, source_root: Path) -> bool:
+    """pytest's files: anything under a tests/ folder, a test_*.py module, a conftest.py."""
+    folders = path.relative_to(source_root).parts[:-1]
+    return "tests" in folders or path.name.startswith("test_") or path.name == "conftest.py"
+
+
+def import_circle(files: list[Path], source_root: Path) -> list[str]:
+    """One circle of imports among the modules of `files` (the first module repeated at its end), or []:
+    every import statement counts, in TYPE_CHECKING blocks and functions too."""
+    modules = {module_name(path, source_root): path for path in files}
+    graph = {
+        module: {name for name in imports(path, source_root) if name in modules and name != module}
+        for module, path in modules.items()
+    }
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as circle:
+        return list(circle.args[1])
+    return []
+
+
 # --- the rules ---------------------------------------------------------------------------------------------
 def test_the_domain_imports_only_the_standard_library_and_itself():
     files = python_files(SHOP / "domain")
@@ -149,13 +194,27 @@ def test_product_unit_tests_import_no_tooling_but_the_template_reader():
 
 def test_the_tools_the_product_tests_use_import_no_other_tooling():
     for tool, may_import in PRODUCT_TEST_TOOLS.items():
-        files = python_files(ROOT.joinpath(*tool.split(".")))
+        files = tool_files(tool)
         assert files, tool
+        assert all(path.is_file() for path in files), tool
 
         def forbidden(name: str, allowed: tuple[str, ...] = (tool, *may_import)) -> bool:
             return within(name, "tools") and name != "tools" and not any(within(name, a) for a in allowed)
 
         assert violations(files, ROOT, forbidden) == [], tool
+
+
+def test_no_code_but_test_code_imports_the_tests():
+    code = [path for path in python_files(ROOT) if not is_test_code(path, ROOT)]
+    assert any(path.is_relative_to(ROOT / "tools") for path in code)
+    assert not any(path.is_relative_to(ROOT / "tests") for path in code)
+    assert violations(code, ROOT, lambda name: within(name, "tests")) == []
+
+
+def test_the_tools_have_no_import_circle():
+    files = [path for path in python_files(ROOT / "tools") if not is_test_code(path, ROOT)]
+    assert any(path == ROOT / "tools" / "local" / "stack.py" for path in files)
+    assert import_circle(files, ROOT) == []
 
 
 def spelled_key_prefixes(path: Path) -> list[str]:
@@ -297,3 +356,39 @@ def test_a_conftest_may_import_tooling_when_a_fixture_runs_but_not_when_loaded(
         "tests/conftest.py imports tools.local.stack",
         "tests/conftest.py imports tools.local.stack.StackOptions",
     ]
+
+
+@pytest.mark.parametrize(
+    ("relative", "counted"),
+    [
+        ("tools/local/services/order_database.py", True),
+        ("operations/recovery.py", True),
+        ("tools/local/tests/test_stack.py", False),
+        ("tools/conftest.py", False),
+        ("tests/unit/test_x.py", False),
+    ],
+)
+def test_a_module_outside_the_tests_importing_them_is_caught(tmp_path: Path, relative: str, counted: bool):
+    module = tmp_path / relative
+    module.parent.mkdir(parents=True)
+    module.write_text("def later():\n    from tests.support.postgres import connect\n")
+    code = [module] if not is_test_code(module, tmp_path) else []
+
+    assert bool(violations(code, tmp_path, lambda name: within(name, "tests"))) is counted
+
+
+def test_an_import_circle_is_caught_through_a_type_checking_block(tmp_path: Path):
+    (tmp_path / "local" / "inspector").mkdir(parents=True)
+    stack = tmp_path / "local" / "stack.py"
+    api = tmp_path / "local" / "inspector" / "api.py"
+    stack.write_text("from local.inspector.api import inspector_for\n")
+    api.write_text("from typing import Protocol\n")
+    assert import_circle([stack, api], tmp_path) == []
+
+    api.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from local.stack import LocalStack\n"
+    )
+    assert import_circle([stack, api], tmp_path) in (
+        ["local.stack", "local.inspector.api", "local.stack"],
+        ["local.inspector.api", "local.stack", "local.inspector.api"],
+    )

@@ -14,4 +14,7 @@
 Modules: cfn (the expanded template and what it grants), schema (TypedDict -> JSON Schema),
 reference, asyncapi, pages (which file holds what), domain (the one place that imports `shop`).
 tools/docs/tests/test_generated_docs.py checks that the committed files are what this package generates.
+`make docs` runs two more, each `python -m tools.docs.<module>`: database_schema (docs/order-database.sql,
+on tools/local's embedded PostgreSQL) and inspector_screenshot (docs/images/inspector*.png, from local
+stacks of their own).
 """

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from shop.adapters.postgres.connection import ConnectionSettings
 from shop.adapters.postgres.schema import apply_migrations
-from tests.support.postgres import embedded_server
 from tools.docs.domain import ROOT
+from tools.local.services.embedded_postgres import embedded_server
 
 SCHEMA_FILE = ROOT / "docs" / "order-database.sql"
 # yoyo's own bookkeeping, and pg_dump's per-run lines (its version, the random \restrict key).

@@ -16,19 +16,26 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tools.local.console.activity import Entry, Invocation
-from tools.local.console.reports import RecordReport
+from tools.local.console.reports import FunctionReports, RecordReport
 from tools.local.supervision import SupervisedThread
-
-if TYPE_CHECKING:
-    from tools.local.console.render import Console
 
 _MAX_WAITING = 10_000
 _POLL_SECONDS = 0.25
 _REPORT_WAIT_SECONDS = 0.5
 _REPORTED_TRIGGERS = frozenset({"sqs", "dynamodb"})
+
+
+class PrintedConsole(Protocol):
+    """What the printer uses of the console (render.Console, which makes its printer and hands it itself):
+    the lines of an entry, the writing of a line, and the functions' reports."""
+
+    @property
+    def reports(self) -> FunctionReports: ...
+    def lines(self, entry: Entry, reports: list[RecordReport] | None = None) -> list[str]: ...
+    def print(self, text: str = "") -> None: ...
 
 
 def expected_reports(invocation: Invocation) -> int:
@@ -40,7 +47,7 @@ def expected_reports(invocation: Invocation) -> int:
 
 
 class ConsolePrinter(SupervisedThread):
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: PrintedConsole) -> None:
         super().__init__("console")
         self._console = console
         self._waiting: queue.Queue[Entry | str] = queue.Queue(maxsize=_MAX_WAITING)

@@ -22,13 +22,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tools.local.services.emulators import FAKE_CREDENTIALS
 from tools.template import REGION, ROOT, Template
 
 if TYPE_CHECKING:
-    from tools.local.stack import LocalStack
+    from tools.local.pollers.event_sources import EventSources
+    from tools.local.services.emulators import Endpoints
 
 # Each button: the command, the stack output naming the queue it drains, and its queue option.
 RECOVERY_COMMANDS = {
@@ -43,6 +44,20 @@ BUS_OUTPUT = "EventBusName"
 _RELAY_SETTINGS = ("OUTBOX_TTL_DAYS", "MAX_EVENT_BYTES", "OUTBOX_TIME_SHARDS")
 _TIMEOUT_SECONDS = 120.0
 _MAX_MESSAGES = "1000"  # the command's own default
+
+
+class CommandTarget(Protocol):
+    """The stack a command runs against, as the commands read it (a LocalStack; a fake in unit tests):
+    its template, queue URLs, endpoints and event sources. The stack hands itself over; the inspector
+    never imports it (tests/unit/test_architecture.py: no import circle in tools/)."""
+
+    @property
+    def template(self) -> Template: ...
+    @property
+    def sources(self) -> EventSources: ...
+    @property
+    def endpoints(self) -> Endpoints: ...
+    def queue_url(self, queue: str) -> str: ...
 
 
 def output_resource(template: Template, output: str) -> str:
@@ -142,7 +157,7 @@ class CommandRun:
         }
 
 
-def recovery_argv(stack: LocalStack, action: str) -> list[str]:
+def recovery_argv(stack: CommandTarget, action: str) -> list[str]:
     if action.startswith(f"{DEAD_LETTER_COMMAND}/"):
         return dead_letter_argv(stack, action.removeprefix(f"{DEAD_LETTER_COMMAND}/"))
     output, queue_option = RECOVERY_COMMANDS[action]
@@ -164,7 +179,7 @@ def recovery_argv(stack: LocalStack, action: str) -> list[str]:
     return argv
 
 
-def dead_letter_argv(stack: LocalStack, dead_letter_queue: str) -> list[str]:
+def dead_letter_argv(stack: CommandTarget, dead_letter_queue: str) -> list[str]:
     source = dead_letter_sources(stack.template)[dead_letter_queue]
     return [
         sys.executable,
@@ -180,7 +195,7 @@ def dead_letter_argv(stack: LocalStack, dead_letter_queue: str) -> list[str]:
     ]
 
 
-def command_environment(stack: LocalStack) -> dict[str, str]:
+def command_environment(stack: CommandTarget) -> dict[str, str]:
     """The operator's environment pointed at the local stack: its endpoints, fake credentials, no ~/.aws
     files (they must not send the command to a real account), and the relay's outbox settings."""
     relay_environment: dict[str, str] = {}
@@ -200,7 +215,7 @@ def command_environment(stack: LocalStack) -> dict[str, str]:
     }
 
 
-def run_recovery(stack: LocalStack, action: str) -> CommandRun:
+def run_recovery(stack: CommandTarget, action: str) -> CommandRun:
     """Run `python -m operations <action>` against the stack and return what it printed."""
     argv = recovery_argv(stack, action)
     began = time.monotonic()

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tools.local.console.activity import Entry
@@ -40,7 +40,7 @@ from tools.local.inspector.actions import (
     outcome_message,
     recovery_queues,
 )
-from tools.local.inspector.stack_view import LocalStackView, QueueState
+from tools.local.inspector.stack_view import InspectedStack, LocalStackView, QueueState
 from tools.local.inspector.timeline import Hop, HopCache, build_hops, order_timeline, outbox_row_hop
 from tools.local.supervision import ThreadHealth
 
@@ -49,9 +49,6 @@ ORDER_STATUSES = ("PENDING", "CONFIRMED", "REJECTED", "CANCELLED")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 _API = f"{LOCAL_PREFIX}/api/"
-
-if TYPE_CHECKING:
-    from tools.local.stack import LocalStack
 
 
 class StackView(Protocol):
@@ -314,7 +311,8 @@ class InspectorApi:
         return {**report, "complete": complete, "message": outcome_message(action, queue, summary, complete)}
 
 
-def inspector_for(stack: LocalStack) -> InspectorApi:
-    """The inspector of a LocalStack (the stack hands it to its gateway, which knows only the prefix)."""
+def inspector_for(stack: InspectedStack) -> InspectorApi:
+    """The inspector of a running stack (a LocalStack hands itself over here, and the inspector to its
+    gateway, which knows only the prefix)."""
     # Looked up when asked for: a stand-in for the stack (the tests') need not have threads.
     return InspectorApi(LocalStackView(stack), recovery_queues(stack.template), lambda: stack.thread_health())

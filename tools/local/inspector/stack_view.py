@@ -20,7 +20,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tools.local.console.activity import Entry, Invocation, Notice
 from tools.local.console.text import json_value
@@ -28,6 +28,7 @@ from tools.local.inspector.actions import (
     POISON_QUEUE_OUTPUT,
     RECOVERY_COMMANDS,
     CommandRun,
+    CommandTarget,
     dead_letter_action,
     dead_letter_sources,
     recovery_queues,
@@ -39,7 +40,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-    from tools.local.stack import LocalStack
+    from tools.local.console.activity import ActivityLog
+    from tools.local.console.reports import FunctionReports
+    from tools.local.services.emulators import AwsClients
+    from tools.local.services.order_database import DatabaseLocation
+    from tools.local.supervision import ThreadHealth
 
 ORDERS_TABLE = "OrdersTable"
 PEEK_MESSAGES = 10  # one receive's maximum: a visibility-0 receive returns the same first ones again
@@ -54,6 +59,22 @@ _ORDER_FIELDS = (
     "updatedAt",
 )
 _ORDER_COLUMNS = "order_id, customer_id, status, version, total_amount, currency, created_at, updated_at"
+
+
+class InspectedStack(CommandTarget, Protocol):
+    """What the inspector reads of a running stack (a LocalStack hands itself over): besides what its
+    commands read, its clients, order database, activity log, the functions' reports on their records,
+    and the health of its threads."""
+
+    @property
+    def clients(self) -> AwsClients: ...
+    @property
+    def order_database(self) -> DatabaseLocation: ...
+    @property
+    def activity(self) -> ActivityLog: ...
+    @property
+    def reports(self) -> FunctionReports: ...
+    def thread_health(self) -> list[ThreadHealth]: ...
 
 
 @dataclass(frozen=True)
@@ -168,10 +189,10 @@ class Deliveries:
 
 
 class LocalStackView:
-    """The inspector's reads and actions on one LocalStack (thread-safe: the gateway serves requests
+    """The inspector's reads and actions on one running stack (thread-safe: the gateway serves requests
     on threads of their own)."""
 
-    def __init__(self, stack: LocalStack) -> None:
+    def __init__(self, stack: InspectedStack) -> None:
         self._stack = stack
         self._lock = threading.Lock()
         self._dynamodb: DynamoDBClient | None = None

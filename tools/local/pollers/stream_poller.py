@@ -257,7 +257,6 @@ class StreamPoller(MappingThreads):
         self._wake = threading.Event()
         self._woken_read_at = 0.0  # when a read started by an invocation's end last happened (monotonic)
         activity.subscribe(self._on_activity)
-        self.filtered_out = 0
 
     # --- lifecycle (start, join: MappingThreads) ---------------------------------------------------
     def stop(self) -> None:
@@ -413,8 +412,7 @@ class StreamPoller(MappingThreads):
             if self._lanes_per_shard > 1 and item_lane(record, self._lanes_per_shard) != lane.index:
                 continue  # another lane's item: that lane delivers it
             if self.source.filters and not any(matches(p, record) for p in self.source.filters):
-                self.filtered_out += 1  # Lambda drops filtered-out records for good
-                continue
+                continue  # Lambda drops filtered-out records for good
             created = float(record["dynamodb"].get("ApproximateCreationDateTime", now_wall))
             lane.pending.append(_Pending(record, sequence, created, arrival_time(created, now_wall), now))
         # Read again at once only when the read stopped at the record limit (more may be there): a

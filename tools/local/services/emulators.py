@@ -72,9 +72,6 @@ class Endpoints:
             "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.moto,  # the order database's password (postgres)
         }
 
-    def for_service(self, service: str) -> str:
-        return self.dynamodb if service in {"dynamodb", "dynamodbstreams"} else self.moto
-
 
 def _tail(path: Path, lines: int = 15) -> str:
     try:

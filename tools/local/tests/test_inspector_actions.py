@@ -39,7 +39,8 @@ def queue_url(queue: str) -> str:
 
 @dataclass
 class FakeStack:
-    """What the actions read of a LocalStack: its template, queue URLs, endpoints and event sources."""
+    """What the actions read of a LocalStack (actions.CommandTarget): its template, queue URLs, endpoints
+    and event sources."""
 
     template: Template
     sources: EventSources = field(init=False)
@@ -89,7 +90,7 @@ REDRIVE_POISON = [
 def test_each_button_runs_the_operator_command_on_the_stacks_queues_and_bus(
     stack: FakeStack, action: str, arguments: list[str]
 ) -> None:
-    assert recovery_argv(stack, action) == [sys.executable, *arguments]  # type: ignore[arg-type]
+    assert recovery_argv(stack, action) == [sys.executable, *arguments]
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,7 @@ def test_the_operator_cli_reads_each_command_line_as_the_button_means_it(
 
     monkeypatch.setattr(admin, handler, record)
 
-    assert admin.main(recovery_argv(stack, action)[3:]) == 0  # type: ignore[arg-type]
+    assert admin.main(recovery_argv(stack, action)[3:]) == 0
 
     [args] = seen
     assert (args.command, args.bus, args.poison_queue_url, args.stack_name, args.max_messages) == (
@@ -126,7 +127,7 @@ def test_the_operator_cli_reads_each_command_line_as_the_button_means_it(
 def test_the_command_runs_against_the_local_stack_only_with_the_relays_outbox_settings(
     stack: FakeStack, template: Template
 ) -> None:
-    environment = command_environment(stack)  # type: ignore[arg-type]
+    environment = command_environment(stack)
 
     relay = template.function("OutboxRelayFunction").environment
     assert {name: environment[name] for name in ("OUTBOX_TTL_DAYS", "MAX_EVENT_BYTES")} == {
@@ -180,12 +181,12 @@ def test_the_command_runs_in_the_repository_in_a_process_of_its_own_with_a_time_
     completed = Completed(lines(POWERTOOLS_LINE, POISON_REPORT, {"redriven": 1, "kept": 0, "parked": []}))
     monkeypatch.setattr(subprocess, "run", completed)
 
-    run = run_recovery(stack, "redrive-poison")  # type: ignore[arg-type]
+    run = run_recovery(stack, "redrive-poison")
 
     [call] = completed.calls
     assert call["argv"] == [sys.executable, *REDRIVE_POISON]
     assert call["cwd"] == ROOT  # where `-m operations` is found
-    assert call["env"] == command_environment(stack)  # type: ignore[arg-type]
+    assert call["env"] == command_environment(stack)
     assert call["timeout"] == 120.0
     assert (call["check"], call["capture_output"], call["text"]) == (False, True, True)
     assert (run.exit_code, run.summary()) == (0, {"redriven": 1, "kept": 0, "parked": []})
@@ -199,7 +200,7 @@ def test_a_command_past_its_time_limit_is_reported_as_such_with_what_it_printed(
 
     monkeypatch.setattr(subprocess, "run", hangs)
 
-    run = run_recovery(stack, "redrive")  # type: ignore[arg-type]
+    run = run_recovery(stack, "redrive")
 
     assert (run.exit_code, run.stderr) == (-1, "the command did not finish within 120 s")
     assert run.report()["messages"] == [POISON_REPORT]
@@ -351,7 +352,7 @@ def test_every_consumer_dead_letter_queue_has_a_redrive_and_the_relay_queues_the
 def test_a_dead_letter_queues_button_moves_its_messages_back_to_its_queue(
     stack: FakeStack, dead_letter_queue: str, queue: str
 ) -> None:
-    argv = recovery_argv(stack, f"redrive-dlq/{dead_letter_queue}")  # type: ignore[arg-type]
+    argv = recovery_argv(stack, f"redrive-dlq/{dead_letter_queue}")
 
     assert argv == [sys.executable, *redrive_dlq(dead_letter_queue, queue)]
 
@@ -367,7 +368,7 @@ def test_the_operator_cli_reads_the_dead_letter_command_line_as_the_button_means
 
     monkeypatch.setattr(admin, "redrive_dead_letters", record)
 
-    assert admin.main(recovery_argv(stack, "redrive-dlq/OrderStatusDeadLetterQueue")[3:]) == 0  # type: ignore[arg-type]
+    assert admin.main(recovery_argv(stack, "redrive-dlq/OrderStatusDeadLetterQueue")[3:]) == 0
 
     [args] = seen
     assert (args.command, args.queue_url, args.to_queue_url, args.max_messages, args.stack_name) == (

@@ -1,5 +1,6 @@
-"""`python -m tools.local.inspector.screenshot [PATH]` (make docs): screenshots of one order's timeline in
-the inspector on each order store, from local stacks of their own, in headless Chromium (browser.py).
+"""`python -m tools.docs.inspector_screenshot [PATH]` (make docs): screenshots of one order's timeline in
+the inspector on each order store, from local stacks of their own, in headless Chromium
+(tools/local/inspector/browser.py).
 PATH (default docs/images/inspector.png) is the DynamoDB stack's; beside it, `<name>-postgres.png`
 (OrderStore=postgres, the polling publisher) and `<name>-postgres-logical.png` (PostgresRelay=logical).
 
