@@ -135,8 +135,11 @@ test-e2e: $(STAMP) ## tests against a deployed stack (skipped without AWS creden
 
 # One pytest session over every suite, so the run's closing line counts every test (CI reads it);
 # test-unit / test-conformance / test-integration / test-e2e remain for running one layer.
-test: lint build browser $(NODE_STAMP) $(IAM_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session
-	$(PYTEST) tests/unit $(TOOL_TESTS) tests/conformance tests/integration tests/e2e
+# Two pytest-xdist workers: most of the suite's time is stacks waiting on timers (visibility timeouts,
+# retries, a database restart), which a second worker fills; worksteal evens out the long chaos tests.
+TEST_WORKERS ?= 2
+test: lint build browser $(NODE_STAMP) $(IAM_STAMP) ## everything CI checks: lint, then unit, conformance, integration and e2e tests in one pytest session (TEST_WORKERS=2)
+	$(PYTEST) --numprocesses=$(TEST_WORKERS) --dist=worksteal tests/unit $(TOOL_TESTS) tests/conformance tests/integration tests/e2e
 
 deploy: build ## sam deploy (uses samconfig.toml; add ARGS=--guided the first time)
 	$(BIN)/sam deploy $(ARGS)
