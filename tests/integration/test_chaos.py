@@ -8,9 +8,12 @@ import copy
 import importlib
 import json
 import sys
+import threading
+import time
 import types
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ from shop.adapters.postgres.replication import DecodedTransaction, SlotChanges
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import outbox_entry
 from tools.chaos import faults, poison
-from tools.chaos.bus import CapturedEvent
+from tools.chaos.bus import CapturedEvent, capture_patterns
 from tools.chaos.check import (
     INVENTORY_SIDE,
     ORDERS_SIDE,
@@ -34,8 +37,11 @@ from tools.chaos.check import (
     PUBLISHED,
     Check,
     Evidence,
+    OperationsEvidence,
     OutboxRecord,
+    ReplayOutcome,
     Snapshot,
+    SwitchOutcome,
     comparable_item,
     evaluate,
     parked_key,
@@ -49,12 +55,18 @@ from tools.chaos.plan import (
     CRASH_AFTER_COMPLETE,
     CRASH_AFTER_WRITE,
     HARNESS_KINDS,
+    MIGRATION,
+    OPERATION_FAULT_KINDS,
+    OPERATION_KINDS,
     PLAN_ENV,
     POSTGRES_HARNESS_KINDS,
     POSTGRES_NOT_APPLICABLE,
     RELAY,
     RELAY_CRASH_AFTER_ADVANCE,
     RELAY_CRASH_AFTER_PUT,
+    RELAY_CRASH_AFTER_SET_ACTIVATION,
+    RELAY_CRASH_AFTER_SET_CHUNK,
+    RELAY_CRASH_BEFORE_PASSING_SET,
     RELAY_KINDS,
     SLOT_KINDS,
     WORKER_KINDS,
@@ -63,8 +75,10 @@ from tools.chaos.plan import (
     Plan,
     not_applicable,
 )
-from tools.chaos.publishers import PUBLISHER
+from tools.chaos.publishers import PUBLISHER, RestartGate
+from tools.chaos.relay_operations import MIGRATION_FUNCTION
 from tools.chaos.report import render, save
+from tools.local.pollers.event_sources import read_event_sources
 from tools.local.services.emulators import LocalServices
 from tools.local.services.order_database import EmbeddedPostgres
 
@@ -282,6 +296,19 @@ def test_with_postgres_the_publisher_is_a_relay_and_faults_without_their_hook_ar
         ChaosConfig(order_store="mysql")
 
 
+def test_the_chaos_stack_s_consumer_queues_hide_a_message_only_a_little_longer_than_its_consumer_runs():
+    """The stack as the run starts it (its template's views, as the local stack provisions the queues):
+    a malformed message reaches its DLQ after maxReceiveCount x (the consumer's timeout + 5 s), not the
+    template's 60 s each, so the drain's bound holds it."""
+    template = chaos_template(ChaosConfig(orders=40))
+    queues = read_event_sources(template).queues
+
+    assert queues
+    for source in queues:
+        timeout = template.function(source.function).timeout
+        assert template.properties(source.queue)["VisibilityTimeout"] == timeout + 5 < 60
+
+
 def test_the_crash_after_a_slot_advance_is_planned_for_the_logical_relay_only(tmp_path: Path):
     logical = ChaosConfig(orders=40, order_store="postgres", postgres_relay="logical")
     polling = ChaosConfig(orders=40, order_store="postgres")
@@ -295,8 +322,19 @@ def test_the_crash_after_a_slot_advance_is_planned_for_the_logical_relay_only(tm
 
     assert templates["logical"].parameter_values["PostgresRelay"] == "logical"
     assert templates["polling"].parameter_values["PostgresRelay"] == "polling"
-    assert set(plans["logical"][PUBLISHER].faults) == {*RELAY_KINDS, RELAY_CRASH_AFTER_ADVANCE}
+    # With the logical relay the run has its relay operations (a replay, a switch each way) by default:
+    # the crashes around replay sets and switch steps, and the migration function arming the latter.
+    assert set(plans["logical"][PUBLISHER].faults) == {
+        *RELAY_KINDS,
+        RELAY_CRASH_AFTER_ADVANCE,
+        *OPERATION_FAULT_KINDS,
+    }
     assert plans["logical"][PUBLISHER].faults[RELAY_CRASH_AFTER_ADVANCE].ensure  # at least once a run
+    assert plans["logical"][MIGRATION_FUNCTION].role == MIGRATION
+    assert MIGRATION_FUNCTION not in plans["polling"]
+    without = ChaosConfig(orders=40, order_store="postgres", postgres_relay="logical", relay_operations=False)
+    assert not without.operations
+    assert MIGRATION_FUNCTION not in roles(without)
     # The stream relay (inventory's outbox) has no slot, whatever the order store's relay.
     assert set(plans["logical"]["OutboxRelayFunction"].faults) == set(RELAY_KINDS)
     assert set(plans["polling"][PUBLISHER].faults) == set(RELAY_KINDS)
@@ -370,6 +408,328 @@ def test_the_logical_relay_dies_after_a_slot_advance_past_outbox_rows_once_the_s
     assert entry["kind"] == RELAY_CRASH_AFTER_ADVANCE
     assert entry["event_ids"] == ["e1", "e2"]
     assert entry["confirmed_lsn"] == "0/190"
+
+
+def _plan(tmp_path: Path, function: str, spec: FunctionPlan) -> Plan:
+    return Plan(
+        seed=1,
+        stack_name="chaos",
+        ledger=str(tmp_path / "ledger.jsonl"),
+        state_dir=str(tmp_path / "state"),
+        max_receive_count=5,
+        client_timeout_seconds=3.0,
+        idempotency_table="idempotency",
+        business_tables=(),
+        functions={function: spec},
+    )
+
+
+def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(tmp_path: Path):
+    """At each step of a switch the harness asked for (faults.SWITCH_FILE), a crash of the publisher is
+    armed; before a step that waits for the rounds in progress the switch goes on only once a publisher
+    took it (withdrawn after the wait when none did). Without a request (the stack's Create) nothing."""
+    spec = FunctionPlan(MIGRATION, 300.0, {})
+    injector = faults.Injector(_plan(tmp_path, MIGRATION_FUNCTION, spec), MIGRATION_FUNCTION, spec)
+    steps: list[str] = []
+    module = types.ModuleType("relay_mode_stand_in")
+
+    def switch_relay(connection: object, mode: str, slot: str, **options: Any) -> str:
+        if mode == "logical":
+            module._prepare_slot(connection, slot, None)
+            module._to_logical(connection, slot)
+        else:
+            steps.append("handover")
+            module._drop_slot(connection, slot, None)
+        return f"switched to {mode}"
+
+    def _prepare_slot(connection: object, slot: str, bounds: object) -> None:
+        steps.append("slot created")
+
+    def _to_logical(cursor: object, slot: str) -> str:
+        steps.append("handover")
+        return "handed over"
+
+    def _drop_slot(connection: object, slot: str, bounds: object) -> bool:
+        steps.append("slot dropped")
+        return True
+
+    module.switch_relay = switch_relay  # type: ignore[attr-defined]
+    module._prepare_slot = _prepare_slot  # type: ignore[attr-defined]
+    module._to_logical = _to_logical  # type: ignore[attr-defined]
+    module._drop_slot = _drop_slot  # type: ignore[attr-defined]
+    injector.wrap_switch(module)
+    state = tmp_path / "state"
+    arms = faults.Arms(state, PUBLISHER)
+
+    assert module.switch_relay(None, "logical", "s") == "switched to logical"
+    assert arms.all() == []  # nobody asked: the stack's own Create
+
+    steps.clear()
+    taken: list[tuple[str, list[str]]] = []
+    stop = threading.Event()
+
+    def publisher() -> None:  # a publisher publishing all the while: each PutEvents takes an arm
+        while not stop.is_set():
+            arm = arms.take(pid=1)
+            if arm is not None:
+                taken.append((str(arm["point"]), list(steps)))
+            time.sleep(0.01)
+
+    faults.write_switch(
+        state,
+        switch="to logical #1",
+        to="logical",
+        function=PUBLISHER,
+        hold_seconds=2.0,
+        arm_wait_seconds=5.0,
+    )
+    thread = threading.Thread(target=publisher, daemon=True)
+    thread.start()
+    module.switch_relay(None, "logical", "s")
+    deadline = time.monotonic() + 5
+    while len(taken) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    thread.join()
+
+    # Each crash before a waiting step was taken before that step ran: the step waits on its round.
+    assert taken[:2] == [
+        (faults.SWITCH_POINTS["logical"][0], []),
+        (faults.SWITCH_POINTS["logical"][1], ["slot created"]),
+    ]
+    assert taken[2][0] == faults.SWITCH_POINTS["logical"][2]
+    assert [arm["hold_seconds"] for arm in arms.all()] == [2.0, 2.0, 0.0]
+
+    # Nobody publishing: the arm before the handover is withdrawn after its wait; the others stay armed
+    # for the next PutEvents (a publisher of the new configuration).
+    faults.write_switch(
+        state,
+        switch="to polling #2",
+        to="polling",
+        function=PUBLISHER,
+        hold_seconds=2.0,
+        arm_wait_seconds=0.2,
+    )
+    began = time.monotonic()
+    module.switch_relay(None, "polling", "s")
+    assert time.monotonic() - began < 2.0
+    assert [(a["point"], a["withdrawn"], a["taken_at"]) for a in arms.all()[3:]] == [
+        (point, point == faults.SWITCH_POINTS["polling"][0], None)
+        for point in faults.SWITCH_POINTS["polling"]
+    ]
+    faults.clear_switch(state)
+    assert arms.take(pid=2)["point"] == faults.SWITCH_POINTS["polling"][1]  # type: ignore[index]
+    module.switch_relay(None, "polling", "s")
+    assert len(arms.all()) == 6  # the request is cleared: nothing more armed
+
+    # A poison row pending at the handover, when asked: to logical written in the handover's transaction
+    # (before the rows are handed over), to polling before the handover (the slot then holds it).
+    class Executor:
+        def __init__(self) -> None:
+            self.rows: list[tuple[str, list[str]]] = []
+
+        def execute(self, sql: str, values: dict[str, Any]) -> None:
+            self.rows.append((str(values["event_id"]), list(steps)))
+
+    for mode in ("logical", "polling"):
+        steps.clear()
+        executor = Executor()
+        row = {"values": {"event_id": f"p-{mode}"}, "details": {"event_ids": [f"p-{mode}"]}}
+        faults.write_switch(
+            state, switch=mode, to=mode, function=PUBLISHER, arm_wait_seconds=0.0, poison_row=row
+        )
+        module.switch_relay(executor, mode, "s")
+        before_handover = ["slot created"] if mode == "logical" else []
+        assert executor.rows == [(f"p-{mode}", before_handover)]
+    faults.clear_switch(state)
+    poison_rows = [e for e in injector.ledger.entries() if e["kind"] == "poison.outbox_item"]
+    assert [e["event_ids"] for e in poison_rows] == [["p-logical"], ["p-polling"]]
+
+
+class _Cursor:
+    """Answers the hooks' reads: the kinds of the sets, the event ids of rows."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[Any, ...]] = []
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        if "kind" in sql:
+            self._rows = [("replay",)]
+        else:
+            self._rows = [(f"e{position}",) for position in params[0]]
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
+
+def test_the_logical_relay_dies_around_a_replay_sets_activation_and_after_a_chunk_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The hooks on the replay sets: a crash right after a round activated a set (before its COMMIT); a
+    crash when, the activation committed, the slot is about to pass the set's message (not before: the
+    advance inside the round stops short of it); a crash after a chunk of a set went out."""
+    kinds = {RELAY_CRASH_AFTER_SET_ACTIVATION, RELAY_CRASH_BEFORE_PASSING_SET, RELAY_CRASH_AFTER_SET_CHUNK}
+    spec = FunctionPlan(RELAY, 70.0, {kind: FaultSpec(0.0, 1) for kind in kinds})
+    injector = faults.Injector(_plan(tmp_path, PUBLISHER, spec), PUBLISHER, spec)
+    slot = {"confirmed": 100}
+    reads: list[SlotChanges] = []
+    calls: list[str] = []
+
+    def advance_slot(cursor: object, name: str, lsn: int) -> bool:
+        calls.append(f"advance {lsn}")
+        moved = lsn > slot["confirmed"]
+        slot["confirmed"] = max(slot["confirmed"], lsn)
+        return moved
+
+    relay = types.ModuleType("logical_relay_stand_in")
+    relay.peek_changes = lambda cursor, name, limit: reads.pop(0)  # type: ignore[attr-defined]
+    relay.advance_slot = advance_slot  # type: ignore[attr-defined]
+    sets = types.ModuleType("replays_stand_in")
+    sets.activate = lambda cursor, ids: calls.append(f"activate {ids}")  # type: ignore[attr-defined]
+
+    def mark_done(cursor: object, positions: list[int]) -> list[int]:
+        calls.append(f"done {positions}")
+        return []
+
+    sets.mark_done = mark_done  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, faults.REPLAYS_MODULE, sets)
+    monkeypatch.setattr(replication, "confirmed_lsn", lambda cursor, name: slot["confirmed"])
+    injector.wrap_slot(relay)
+    moment = datetime(2026, 11, 25, tzinfo=UTC)
+    message = DecodedTransaction(300, moment, [], replay_ids=[7])
+    cursor = _Cursor()
+
+    def round_reading_the_message() -> None:
+        reads.append(SlotChanges([DecodedTransaction(200, moment), message], read_to_lsn=400))
+        relay.peek_changes(cursor, "s", 500)
+
+    round_reading_the_message()
+    with pytest.raises(faults.ChaosCrash):
+        sets.activate(cursor, [7])  # activated in the round, never committed
+    round_reading_the_message()
+    sets.activate(cursor, [7])  # activated again (its one crash is spent)
+    assert relay.advance_slot(cursor, "s", 200) is True  # before the COMMIT: short of the message
+    with pytest.raises(faults.ChaosCrash):
+        relay.advance_slot(cursor, "s", 400)  # after the COMMIT: past it, and the process dies first
+    assert calls == ["activate [7]", "activate [7]", "advance 200"]
+    assert slot["confirmed"] == 200  # the message is read again, its set found activated
+    sets.mark_done(cursor, [])  # nothing drained: no opportunity
+    with pytest.raises(faults.ChaosCrash):
+        sets.mark_done(cursor, [11, 12])
+    assert sets.mark_done(cursor, [13]) == []  # the cap (1) is reached
+
+    entries = {entry["kind"]: entry for entry in injector.ledger.entries()}
+    assert set(entries) == kinds
+    assert entries[RELAY_CRASH_AFTER_SET_ACTIVATION]["replay_ids"] == [7]
+    assert entries[RELAY_CRASH_AFTER_SET_ACTIVATION]["set_kinds"] == ["replay"]
+    assert entries[RELAY_CRASH_BEFORE_PASSING_SET]["message_lsn"] == "0/12C"
+    assert entries[RELAY_CRASH_AFTER_SET_CHUNK]["event_ids"] == ["e11", "e12"]
+
+
+def test_the_database_restart_waits_for_the_relay_operations_under_way_and_they_for_it():
+    gate = RestartGate()
+    order: list[str] = []
+
+    def restart() -> None:
+        with gate.restart():
+            order.append("restart")
+
+    def operation(name: str) -> None:
+        with gate.operation():
+            order.append(name)
+
+    with gate.operation():  # a switch under way
+        restarting = threading.Thread(target=restart)
+        restarting.start()
+        time.sleep(0.1)
+        later = threading.Thread(target=operation, args=("replay",))  # comes while the restart is due
+        later.start()
+        time.sleep(0.1)
+        order.append("switch done")
+    restarting.join(2)
+    later.join(2)
+
+    assert order == ["switch done", "restart", "replay"]
+
+
+def test_the_relay_operations_check_holds_each_replayed_event_to_a_later_arrival_and_each_switch_to_success():
+    replayed = _event("e1", "o-1", 1)
+    before = _event("e2", "o-2", 1)
+    bus = {
+        # Named by the replay before the relay had put it out: its one arrival after the replay is enough.
+        "e1": CapturedEvent(replayed, 1, first_at=25.0, last_at=25.0),
+        "e2": CapturedEvent(before, 2, first_at=10.0, last_at=12.0),  # put twice, both before the replay
+    }
+    # Injected poison: p-1 parked before the replay (in its window), p-2 pending when the replay read it
+    # (it replayed it: parked since), p-3 written after its window.
+    poison_rows = [
+        replace(_row(_event(event_id, f"chaos-poison-{event_id}", 1), PARKED, position), created_at=created)
+        for event_id, position, created in (("p-1", 3, 5.0), ("p-2", 4, 15.0), ("p-3", 5, 30.0))
+    ]
+    injected = [
+        poison.PoisonItem(poison.POSTGRES_OUTBOX, r.pk, r.sk, str(r.envelope["id"]), poison.INVALID_ENVELOPE)
+        for r in poison_rows
+        if r.envelope
+    ]
+    outbox = [_row(replayed), _row(before, position=2), *poison_rows]
+
+    def replay(replayed: list[str], **named: list[str]) -> ReplayOutcome:
+        return ReplayOutcome("replay #1", 20.0, (0.0, 20.0), None, replayed, named)
+
+    def operations(outbox: list[OutboxRecord] = outbox, **changes: Any) -> Check:
+        fields: dict[str, Any] = {
+            "switches": [SwitchOutcome("to polling #1", "polling", "SUCCESS", "switched")],
+            "replays": [replay(["e1", "p-2"], parked=["p-1"])],
+            "final_mode": "logical",
+            "expected_mode": "logical",
+        }
+        evidence = _evidence(
+            outbox, bus, poison_items=injected, operations=OperationsEvidence(**{**fields, **changes})
+        )
+        return _check(evidence, "relay_operations")
+
+    assert operations().ok, operations().violations
+    assert operations().figures["replayed_events_on_the_bus_again"] == 1
+    late = operations(replays=[replay(["e1", "e2", "p-2"], parked=["p-1"])])
+    assert late.violations == ["replay #1: e2 on the bus 2 time(s), last at 12.0"]
+    pending = [*outbox[:3], replace(outbox[3], state=PENDING), outbox[4]]
+    assert any("the poison row p-2 it replayed is not parked" in v for v in operations(pending).violations)
+    unnamed = operations(replays=[replay(["e1"], parked=["p-1"])])
+    assert unnamed.violations == ["replay #1 did not name the poison row p-2 in its window"]
+    under_polling = operations(replays=[replay(["e1"], parked=["p-1"], pending=["p-2"])])
+    assert under_polling.ok  # a pending row is the polling publisher's anyway
+    not_poison = operations(replays=[replay(["e1", "p-2"], parked=["p-1"], missing=["x"])])
+    assert not_poison.violations == ["replay #1 left out x (missing), which is no poison"]
+    failed = operations(switches=[SwitchOutcome("to logical #2", "logical", "FAILED", "LockNotAvailable")])
+    assert any("to logical #2: FAILED at its last deploy" in v for v in failed.violations)
+    # A deploy that failed (rolled back, deployed again) passes when it changed nothing and the last one
+    # succeeded; one that left the relay half-switched does not.
+    rolled_back = {"mode_after": "polling", "rollback": "SUCCESS", "rollback_reason": "already polling"}
+    again = SwitchOutcome("to logical #2", "logical", "SUCCESS", "switched", "polling", [rolled_back])
+    assert operations(switches=[again]).ok
+    assert operations(switches=[again]).figures["deploys_failed_and_rolled_back"] == 1
+    half = replace(again, failed=[{**rolled_back, "mode_after": "logical"}])
+    assert any("a failed deploy left the relay logical" in v for v in operations(switches=[half]).violations)
+    assert not operations(final_mode="polling").ok
+
+
+def test_the_bus_capture_rules_take_every_event_once_and_each_orders_events_into_one_queue():
+    """The capture is split over queues (each short: moto's queue operations slow down with their length);
+    together its rules must still match every event exactly once, and an order's events one queue only
+    (first arrivals are ranked per queue, in put order). Matched as moto's EventBridge matches them."""
+    from moto.events.models import EventPattern
+
+    queues = [[EventPattern.load(json.dumps(p)) for p in rules] for rules in capture_patterns()]
+
+    def queue_of(detail: dict[str, Any]) -> list[int]:
+        event: Any = {"source": ORDERS_SOURCE, "detail-type": "OrderCreated", "detail": detail}
+        return [number for number, rules in enumerate(queues) for rule in rules if rule.matches_event(event)]
+
+    orders = [f"o-{digit}{'7' * 31}" for digit in "0123456789abcdef"]
+    assert [queue_of({"id": "e", "subject": order}) for order in orders] == [[n // 4] for n in range(16)]
+    for other in ({"id": "e", "subject": "SKU-1"}, {"id": "e"}, {"subject": "o-"}, {}):
+        assert queue_of(other) == [len(queues) - 1]  # the rest, a foreign event among them: once
+    assert len(queues) >= 3
 
 
 def test_after_import_runs_on_a_module_once_it_is_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -470,6 +830,7 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
 ):
     """Each PostgresRelay: the polling publisher (rows marked published), and the logical relay (a
     replication slot; it also dies after a slot advance, before COMMIT, and the slot must end empty)."""
+    logical = relay == "logical"
     config = ChaosConfig(
         orders=40,
         seed=11,
@@ -480,7 +841,13 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
         postgres_relay=relay,
         stack_name="chaospg" if relay == "polling" else "chaospgl",
     )
-    logical = relay == "logical"
+    if logical:
+        # The relay operations within a drive of 40 s, so that publishers have events to put around each
+        # switch's steps (a crash armed there is taken by the next PutEvents): the database restarted first
+        # (an operation waits for a restart, and a restart for the operations under way), then a replay of
+        # what the first 40 % of the orders wrote, a switch to polling once half of it is out, and back at
+        # 70 %.
+        config = replace(config, restart_at=0.1, replays_at=(0.4,), switches_at=(0.45, 0.7), rate=1.0)
 
     report = run(config, services=services_with_own_database)
 
@@ -492,11 +859,13 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
     expected = (set(WORKER_KINDS) - {*API_KINDS, API_STALE_CANCEL}) | set(
         HARNESS_KINDS + POSTGRES_HARNESS_KINDS
     )
-    slot_kinds = set(SLOT_KINDS) if logical else set()
+    slot_kinds = set(SLOT_KINDS) | set(OPERATION_FAULT_KINDS) | set(OPERATION_KINDS) if logical else set()
     assert expected | slot_kinds <= set(report["faults"]), report["faults"]
     assert report["postgres_relay"] == relay
     assert report["faults_not_applicable"] == {f: list(k) for f, k in not_applicable(True, relay).items()}
-    assert set(report["faults_by_function"][PUBLISHER]) >= set(RELAY_KINDS) | slot_kinds
+    assert set(report["faults_by_function"][PUBLISHER]) >= set(RELAY_KINDS) | (
+        slot_kinds - set(OPERATION_KINDS)
+    )
     figures = report["postgres"]
     # The publisher died between PutEvents and COMMIT (logical: and the slot advance): its rows stayed
     # pending (in the slot) and were put again.
@@ -516,6 +885,36 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
         assert slot["readers_at_once_peak"] == 1
         assert slot["sessions_that_read_it"] >= 2
         assert figures["republished"]["confirmed_by_an_advance_then_crash"] >= 1
+        # The relay's operations mid-drive (tools/chaos/relay_operations.py): the operator's replay of what
+        # was written so far, a deploy switching to polling while its set drained, and one switching back;
+        # each switch answered SUCCESS and the functions got the new relay; the publisher died around each
+        # switch (armed at its steps) and around the replay sets (activation, its COMMIT, a chunk); every
+        # replayed event reached the bus again, each consumer dropped it (0 duplicate effects, above).
+        operations = report["relay_operations"]
+        switches = operations["switches"]
+        assert [(s["relay_to"], s["status"]) for s in switches] == [
+            ("polling", "SUCCESS"),
+            ("logical", "SUCCESS"),
+        ]
+        assert all(s["environments_retired"][PUBLISHER] >= 1 for s in switches)
+        assert [s["rows_handed_over"] >= 1 for s in switches] == [True, True]
+        for switch in switches:
+            fates = [
+                f
+                for point, f in operations["crashes_around_switch_steps"].items()
+                if point.startswith(switch["label"])
+            ]
+            assert len(fates) == 3
+            assert sum(f.get("crashed", 0) for f in fates) >= 1, operations["crashes_around_switch_steps"]
+        assert all(operations["crashes_around_replay_sets"].values())
+        (replay,) = operations["replays"]
+        checked = report["invariants"]["relay_operations"]
+        assert replay["replayed"] == checked["replayed_events"] >= 5
+        assert replay["set_rows_peak"] >= 1  # drained as a replay set
+        assert checked["replayed_events_on_the_bus_again"] >= 5
+        assert replay["all_back_on_the_bus_seconds"] is not None
+        assert checked["switches_answered_success"] == 2
+        assert checked["final_mode"] == "logical"
     assert report["invariants"]["published_in_order"]["aggregates"] >= 40
     # The database was down mid-drive: the API answered 503 with Retry-After, the client retried.
     restart = figures["database_restart"]
@@ -524,11 +923,15 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
     # Poison rows (a made-up order's, invalid and oversize; a real order's) are parked whole, marked
     # parked, and held no later event of another order back.
     rows = figures["poison_rows"]
-    assert [(r["variant"], r["real_order"]) for r in rows] == [
-        (poison.INVALID_ENVELOPE, False),
-        (poison.OVERSIZE, False),
-        (poison.INVALID_ENVELOPE, True),
-    ]
+    # Logical: and one pending at each switch's handover (a made-up order's).
+    at_handovers = 2 if logical else 0
+    assert Counter((r["variant"], r["real_order"]) for r in rows) == Counter(
+        {
+            (poison.INVALID_ENVELOPE, False): 1 + at_handovers,
+            (poison.OVERSIZE, False): 1,
+            (poison.INVALID_ENVELOPE, True): 1,
+        }
+    )
     assert all(
         r["state"] == PARKED and r["of_them_published"] == r["later_events_of_other_orders"] for r in rows
     )

@@ -481,3 +481,34 @@ def test_a_switch_to_polling_while_the_slot_is_lost_changes_nothing_and_sends_th
     assert pending_before is not None
     assert pending_before[0] >= 2
     assert mode_and_slot(settings)[0] == "logical"
+
+
+def test_a_poison_row_pending_at_a_switch_to_logical_is_parked_and_later_events_keep_flowing(
+    settings: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """A row the polling publisher had not published is marked published by the handover (the logical
+    relay's set names it): parking it must not break the outbox's rule that a row is published or
+    parked, not both, or every round fails on it and the relay stops for good."""
+    with connect(settings) as connection:
+        connection.execute(
+            "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
+            " VALUES ('poison-h', 'order-p', 1, 'OrderNoted', '{\"not\": \"a cloudevent\"}')"
+        )
+    switch(settings, "logical")  # the poison row is handed over in a set
+    later = place_orders(database, 2)  # in the slot, after the set's message
+    sink = ListSink()
+
+    while (
+        outcome := relay_slot_round(
+            database, publisher(), sink, slot=SLOT, max_event_bytes=SETTINGS.max_event_bytes
+        )
+    ).claimed or outcome.backlog:
+        pass
+
+    assert [record.image["eventId"] for record in sink.parked] == ["poison-h"]
+    assert sorted(order_id for order_id, _, _ in recording_bus.accepted) == sorted(later)
+    with connect(settings) as connection:
+        rows = connection.execute(
+            "SELECT published_at IS NULL, parked_at IS NOT NULL FROM outbox WHERE event_id = 'poison-h'"
+        ).fetchall()
+    assert rows == [(True, True)]  # parked, and no longer counted published

@@ -19,7 +19,9 @@ Settings from the environment, as the Makefile passes them:
     SEED=7            seed of every random decision (faults, orders, duplicates)
     WORKERS=6         concurrent HTTP clients
     RATE=4            orders created per second at most (0: as fast as the clients go)
-    DRAIN_TIMEOUT=    seconds to wait for the pipeline to drain (default: max(240, 0.6 x ORDERS))
+    DRAIN_TIMEOUT=    seconds to wait for the pipeline to drain (default: max(240, 0.6 x ORDERS), twice that
+                      with the relay operations; a drain with outbox events missing from the bus and
+                      none arriving for 300 s gives up early)
     MAX_RECEIVES=     the consumer queues' maxReceiveCount (default: the template's)
     PARALLELIZATION=  the relay mappings' ParallelizationFactor (default: the template's, 1)
     ORDER_STORE=dynamodb  the template's OrderStore: dynamodb, or postgres (orders in PostgreSQL, the
@@ -27,7 +29,12 @@ Settings from the environment, as the Makefile passes them:
                       poison rows; tools/chaos/harness.py)
     POSTGRES_RELAY=polling  with ORDER_STORE=postgres, the template's PostgresRelay: polling, or logical
                       (the publisher reads a replication slot; it also crashes after a slot advance,
-                      and the slot must end empty); refused without ORDER_STORE=postgres
+                      and the slot must end empty; and the relay's operations run mid-drive: replays
+                      of everything written so far at 70 % and 97 % of the orders, a switch to polling
+                      at 72 % (once half of the first replay's set is out) and back at 80 %,
+                      tools/chaos/relay_operations.py); refused without ORDER_STORE=postgres
+    RELAY_OPERATIONS=  with ORDER_STORE=postgres: 1 runs the relay's operations (the replays and the
+                      switches) whatever the relay, 0 never (default: with the logical relay)
 Exit status: 0 when every invariant holds, 1 when one fails, 2 when the run could not be made.
 """
 
@@ -101,7 +108,16 @@ def config_from_env(orders: int = 200, *, order_store: bool = True) -> ChaosConf
         parallelization_factor=_env_int("PARALLELIZATION", None),
         order_store=store,
         postgres_relay=_postgres_relay(store) if order_store else POLLING,
+        relay_operations=_relay_operations(),
     )
+
+
+def _relay_operations() -> bool | None:
+    """RELAY_OPERATIONS: 1 or 0; unset, the harness's default (with the logical relay)."""
+    raw = os.environ.get("RELAY_OPERATIONS", "").strip()
+    if raw not in ("", "0", "1"):
+        raise SystemExit(f"error: RELAY_OPERATIONS must be 0 or 1, got {raw!r}")
+    return None if raw == "" else raw == "1"
 
 
 def isolation() -> int:

@@ -1,8 +1,9 @@
 """The harness's hands on the bus: capture everything published, and deliver some events twice, late.
 
-- BusCapture: a catch-all rule on the bus into a capture queue, drained by a thread: every event put on
-  the bus, with how many times it was put there and the rank of its first arrival (the bus delivers
-  to the queue inside PutEvents and the queue keeps their order: arrival order is put order).
+- BusCapture: rules on the bus that together match every event, each into a capture queue drained by a
+  thread of its own: every event put on the bus, with how many times it was put there and the rank of
+  its first arrival (the bus delivers to the queue inside PutEvents and the queue keeps their order:
+  arrival order is put order; an order's events all go to one queue).
 - NotificationCapture: the topic's capture queue (the local stack subscribes one to every topic).
 - Duplicator: for each consumer rule, an extra rule with the same pattern narrowed to a subset of event
   ids (detail.id prefixes), whose target is a chaos delay queue; a thread moves each message into the
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 _WAIT_SECONDS = 1
+_HEX = "0123456789abcdef"
 _ERROR_PAUSE_SECONDS = 0.5
 
 
@@ -84,7 +86,10 @@ class _Drainer:
         while not self._stop.is_set():
             try:
                 messages = self._sqs.receive_message(
-                    QueueUrl=self._url, MaxNumberOfMessages=10, WaitTimeSeconds=_WAIT_SECONDS
+                    QueueUrl=self._url,
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=_WAIT_SECONDS,
+                    MessageSystemAttributeNames=["SentTimestamp"],
                 ).get("Messages", [])
                 for message in messages:
                     self._handle(message)
@@ -111,22 +116,52 @@ class CapturedEvent:
     deliveries: int = 0
     first_at: float = field(default_factory=time.time)
     first_arrival: int = 0  # rank among the events captured (0 first)
+    # Its latest arrival in the capture queue (a replay's, say): when the bus sent it there, not when the
+    # harness read it (the capture may lag behind).
+    last_at: float = 0.0
 
 
 class _QueueCapture:
-    """A capture queue read by a background drainer; subclasses set `_drainer` and handle messages."""
+    """Capture queues read by background drainers; subclasses set `_drainers` and handle messages."""
 
-    _drainer: _Drainer
+    _drainers: list[_Drainer]
+    queue_urls: list[str]
 
     def start(self) -> None:
-        self._drainer.start()
+        for drainer in self._drainers:
+            drainer.start()
 
     def stop(self) -> None:
-        self._drainer.stop()
+        for drainer in self._drainers:
+            drainer.stop()
 
     @property
     def errors(self) -> list[str]:
-        return self._drainer.errors
+        return [error for drainer in self._drainers for error in drainer.errors]
+
+    def backlog(self, sqs: SQSClient) -> int:
+        """Messages in the capture queues not read yet."""
+        return sum(queue_depth(sqs, url) for url in self.queue_urls)
+
+
+def capture_patterns() -> list[list[dict[str, Any]]]:
+    """The capture's rules, by queue: together they match every event once. Each queue takes a share of
+    the orders (the subject's first hex digit), so each stays short: moto's every SQS receive and delete
+    costs time in proportion to the queue's length, and a replay puts thousands of events on the bus at
+    once. The last takes the rest: any other subject, and none."""
+    shares = [f"o-{digit}" for digit in _HEX]
+    patterns: list[list[dict[str, Any]]] = [
+        [{"detail": {"subject": [{"prefix": p} for p in shares[start : start + 4]]}}]
+        for start in range(0, len(shares) - 4, 4)
+    ]
+    covered = shares[: 4 * len(patterns)]
+    patterns.append(
+        [
+            {"detail": {"subject": [{"anything-but": {"prefix": covered}}]}},
+            {"detail": {"subject": [{"exists": False}]}},
+        ]
+    )
+    return patterns
 
 
 class BusCapture(_QueueCapture):
@@ -137,14 +172,16 @@ class BusCapture(_QueueCapture):
         self.events: dict[str, CapturedEvent] = {}
         self.foreign: list[str] = []  # bus events whose detail is not a CloudEvent with an id
         sqs = stack.clients.sqs()
-        self.queue_url, arn = _queue(sqs, f"{prefix}-bus-capture")
         events = stack.clients.events()
-        rule = f"{prefix}-capture-all"
-        events.put_rule(
-            Name=rule, EventBusName=bus_name, EventPattern=json.dumps({"source": [{"prefix": ""}]})
-        )
-        events.put_targets(Rule=rule, EventBusName=bus_name, Targets=[{"Id": "capture", "Arn": arn}])
-        self._drainer = _Drainer(sqs, self.queue_url, "chaos-bus-capture", self._on_message)
+        self.queue_urls, self._drainers = [], []
+        for number, patterns in enumerate(capture_patterns(), start=1):
+            url, arn = _queue(sqs, f"{prefix}-bus-capture-{number}")
+            for rule_number, pattern in enumerate(patterns, start=1):
+                rule = f"{prefix}-capture-{number}-{rule_number}"
+                events.put_rule(Name=rule, EventBusName=bus_name, EventPattern=json.dumps(pattern))
+                events.put_targets(Rule=rule, EventBusName=bus_name, Targets=[{"Id": "capture", "Arn": arn}])
+            self.queue_urls.append(url)
+            self._drainers.append(_Drainer(sqs, url, f"chaos-bus-capture-{number}", self._on_message))
 
     def _on_message(self, message: MessageTypeDef) -> None:
         body = json.loads(message["Body"])
@@ -158,6 +195,8 @@ class BusCapture(_QueueCapture):
             if captured is None:
                 captured = self.events[event_id] = CapturedEvent(detail, first_arrival=len(self.events))
             captured.deliveries += 1
+            sent = int(message.get("Attributes", {}).get("SentTimestamp", 0)) / 1000
+            captured.last_at = max(captured.last_at, sent or time.time())
 
     def seen(self) -> set[str]:
         with self._lock:
@@ -175,8 +214,10 @@ class NotificationCapture(_QueueCapture):
         self._lock = threading.Lock()
         self.messages: list[dict[str, Any]] = []
         self.unreadable: list[str] = []
-        self.queue_url = stack.capture_queue_url(topic)
-        self._drainer = _Drainer(stack.clients.sqs(), self.queue_url, "chaos-notifications", self._on_message)
+        self.queue_urls = [stack.capture_queue_url(topic)]
+        self._drainers = [
+            _Drainer(stack.clients.sqs(), self.queue_urls[0], "chaos-notifications", self._on_message)
+        ]
 
     def _on_message(self, message: MessageTypeDef) -> None:
         envelope = json.loads(message["Body"])

@@ -25,6 +25,7 @@ FAMILIES = {
     "bus": "#937860",
     "poison": "#c44e52",
     "database": "#222222",
+    "operation": "#17becf",  # the relay operations (tools/chaos/relay_operations.py)
 }
 _OTHER = "#7f7f7f"
 SENT_COLOUR, SETTLED_COLOUR, BREAK_COLOUR = "#4c72b0", "#2ca02c", "#d62728"

@@ -42,6 +42,10 @@ from tools.chaos.plan import (
     OBSERVED_PUBLISH_RESPONSE_LOST,
     RELAY_CRASH_AFTER_ADVANCE,
     RELAY_CRASH_AFTER_PUT,
+    RELAY_CRASH_AFTER_SET_ACTIVATION,
+    RELAY_CRASH_AFTER_SET_CHUNK,
+    RELAY_CRASH_AROUND_SWITCH,
+    RELAY_CRASH_BEFORE_PASSING_SET,
 )
 from tools.chaos.poison import POSTGRES_OUTBOX, MalformedMessage, PoisonItem
 from tools.local.gateway.server import local_caller_arn
@@ -56,9 +60,20 @@ _CLOCK_SLACK_SECONDS = 0.5  # between the ledger's clock and the poison message'
 NOTIFIER = "NotificationFunction"
 PUBLISHER = "OutboxPublisherFunction"  # OrderStore=postgres: the polling publisher
 # Faults that end the environment: the runtime reports them as Runtime.ExitError or Sandbox.Timedout.
+# The relay's kinds that kill its process before its round's COMMIT: the round is rolled back.
+ROLLBACK_KINDS = frozenset(
+    {
+        RELAY_CRASH_AFTER_PUT,
+        RELAY_CRASH_AFTER_ADVANCE,
+        RELAY_CRASH_AROUND_SWITCH,
+        RELAY_CRASH_AFTER_SET_ACTIVATION,
+        RELAY_CRASH_AFTER_SET_CHUNK,
+    }
+)
 DEATH_KINDS = frozenset(
     {CRASH_BEFORE_WRITE, CRASH_AFTER_WRITE, CRASH_AFTER_COMPLETE, CRASH_AFTER_PUBLISH, CONSUMER_TIMEOUT}
-    | {RELAY_CRASH_AFTER_PUT, RELAY_CRASH_AFTER_ADVANCE}
+    | ROLLBACK_KINDS
+    | {RELAY_CRASH_BEFORE_PASSING_SET}
 )
 DEATH_ERRORS = frozenset({"Runtime.ExitError", "Sandbox.Timedout"})
 _DESERIALIZER = TypeDeserializer()
@@ -311,6 +326,42 @@ class Check:
 
 
 @dataclass
+class SwitchOutcome:
+    """A relay switch as a deploy ran it: the migration function's answer to its Update."""
+
+    label: str
+    relay_to: str
+    status: str | None  # the last deploy's answer's Status, None when none came
+    reason: str
+    relay_from: str = ""
+    # Each deploy answered FAILED before it: its reason, the relay after it (must be relay_from: "nothing
+    # of that step was changed") and the rollback's answer (CloudFormation's Update back).
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ReplayOutcome:
+    """A replay by window of the order database as an operator ran it: what it put out again, and what
+    its answer named instead (parked, pending, expired, missing: shop.adapters.postgres.outbox)."""
+
+    label: str
+    began: float  # epoch seconds: the request was sent
+    window: tuple[float, float]  # epoch seconds
+    error: str | None  # the request failed or was refused
+    replayed: list[str]  # event ids
+    named: dict[str, list[str]]  # reason -> event ids
+
+
+@dataclass
+class OperationsEvidence:
+    switches: list[SwitchOutcome]
+    replays: list[ReplayOutcome]
+    final_mode: str | None  # outbox_relay.mode after the drain
+    expected_mode: str  # the run's relay: where the switches come back to
+    errors: list[str] = field(default_factory=list)  # the harness's, running them
+
+
+@dataclass
 class Evidence:
     snapshot: Snapshot
     bus: dict[str, CapturedEvent]
@@ -339,6 +390,8 @@ class Evidence:
     # When the order database was down (epoch seconds, from its stop to its start again): a round of the
     # publisher open then was rolled back, like one whose process died between PutEvents and COMMIT.
     database_outages: list[tuple[float, float]] = field(default_factory=list)
+    # OrderStore=postgres with the relay operations (tools/chaos/relay_operations.py): what they did.
+    operations: OperationsEvidence | None = None
 
     def lost_publish_responses(self) -> int:
         """Publish attempts of the notifier that ended without an answer (observed, not injected)."""
@@ -364,6 +417,8 @@ def evaluate(evidence: Evidence) -> list[Check]:
         _dead_letters(evidence),
         _api_contract(evidence),
     ]
+    if evidence.operations is not None:
+        checks.append(_relay_operations(evidence, evidence.operations))
     harness = Check("harness", "the harness itself saw no error (capture, duplicates)")
     for error in evidence.harness_errors:
         harness.fail(error)
@@ -742,10 +797,10 @@ def _rollbacks(evidence: Evidence) -> list[tuple[float, float]]:
     process killed after a PutEvents call (injected: the round rolls back, the stream batch is
     delivered again), the logical relay's killed after a slot advance (its round rolls back, and the
     slot stops before a row parked in it), or the database down."""
-    crashes = [
-        (float(entry["at"]), float(entry["at"]))
+    crashes = [  # an armed crash holds its round's locks `hold_seconds` first
+        (float(entry["at"]), float(entry["at"]) + float(entry.get("hold_seconds") or 0.0))
         for entry in evidence.ledger
-        if entry["kind"] in {RELAY_CRASH_AFTER_PUT, RELAY_CRASH_AFTER_ADVANCE}
+        if entry["kind"] in ROLLBACK_KINDS
     ]
     return crashes + list(evidence.database_outages)
 
@@ -867,6 +922,97 @@ def _rows_parked(evidence: Evidence, poison: dict[tuple[str, str], PoisonItem], 
     for key, record in sorted(records.items()):
         if record.state == PARKED and key not in poison:
             check.fail(f"row {key[0]} {key[1]} was parked, and it is no injected poison")
+
+
+def _relay_operations(evidence: Evidence, operations: OperationsEvidence) -> Check:
+    """The relay operations did what they say: each switch answered SUCCESS (a deploy answered FAILED
+    before it changed nothing and was rolled back) and the outbox ends with the run's relay; each event
+    a replay put out again reached the bus after the replay began (the bus's time of its last arrival in
+    the capture queue), a poison row among them was parked; whatever its answer left out is injected
+    poison, and each poison row in its window is named."""
+    check = Check(
+        "relay_operations",
+        "each relay switch answered SUCCESS, the outbox ends on the run's relay; every event a replay "
+        "selected on the bus again after it began; what it left out is the injected poison, named",
+    )
+    for switch in operations.switches:
+        if switch.status != "SUCCESS":
+            check.fail(
+                f"relay switch {switch.label}: {switch.status or 'no answer'} at its last deploy "
+                f"({len(switch.failed)} failed): {switch.reason[:300]}"
+            )
+        for failure in switch.failed:
+            left, rollback = failure.get("mode_after"), failure.get("rollback")
+            if left != switch.relay_from or rollback != "SUCCESS":
+                check.fail(
+                    f"relay switch {switch.label}: a failed deploy left the relay {left} "
+                    f"(rollback {rollback}: {str(failure.get('rollback_reason'))[:200]})"
+                )
+    if operations.final_mode != operations.expected_mode:
+        check.fail(f"the outbox ends on the {operations.final_mode} relay, not {operations.expected_mode}")
+    for error in operations.errors:
+        check.fail(f"running the operations: {error[:300]}")
+    rows = {(r.pk, r.sk): r for r in evidence.snapshot.outbox}
+    poison = {
+        item.event_id: rows.get((item.pk, item.sk))
+        for item in evidence.poison_items
+        if item.table == POSTGRES_OUTBOX
+    }
+    again = 0
+    for replay in operations.replays:
+        if replay.error:
+            check.fail(f"{replay.label}: {replay.error[:300]}")
+            continue
+        for event_id in replay.replayed:
+            if event_id in poison:  # replayed before the relay parked it: parked now, never put
+                if (record := poison[event_id]) is None or record.state != PARKED:
+                    check.fail(f"{replay.label}: the poison row {event_id} it replayed is not parked")
+                continue
+            # On the bus after the replay began (once, for a row it named before the relay had put it out).
+            captured = evidence.bus.get(event_id)
+            if captured is None or captured.last_at < replay.began:
+                seen = (
+                    f"{captured.deliveries} time(s), last at {captured.last_at:.1f}" if captured else "never"
+                )
+                check.fail(f"{replay.label}: {event_id} on the bus {seen}")
+            else:
+                again += 1
+        for reason in ("parked", "expired", "missing"):
+            for event_id in replay.named.get(reason, []):
+                if event_id not in poison:
+                    check.fail(f"{replay.label} left out {event_id} ({reason}), which is no poison")
+        named = set(replay.replayed).union(*replay.named.values())
+        low, high = replay.window
+        for event_id, record in sorted(poison.items()):
+            created = record.created_at if record is not None else None
+            if created is not None and low <= created <= high and event_id not in named:
+                check.fail(f"{replay.label} did not name the poison row {event_id} in its window")
+    check.figures["switches"] = len(operations.switches)
+    check.figures["switches_answered_success"] = sum(1 for s in operations.switches if s.status == "SUCCESS")
+    check.figures["deploys_failed_and_rolled_back"] = sum(len(s.failed) for s in operations.switches)
+    check.figures["final_mode"] = operations.final_mode
+    check.figures["replayed_events"] = sum(len(r.replayed) for r in operations.replays)
+    check.figures["replayed_events_on_the_bus_again"] = again
+    return check
+
+
+def capture_lag(record: OutboxRecord, evidence: Evidence) -> float | None:
+    """From a published row's created_at to its event's first arrival in the harness's bus capture."""
+    if record.state != PUBLISHED or record.created_at is None:
+        return None
+    captured = evidence.bus.get(str((record.envelope or {}).get("id")))
+    return captured.first_at - record.created_at if captured is not None else None
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def at(share: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 3)
+
+    return {"p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1], 3)}
 
 
 def _api_contract(evidence: Evidence) -> Check:

@@ -19,6 +19,16 @@ Where faults go (per role of the function):
               advance (the slot decodes the round again); and its advance_slot
               (shop.runtime.logical_relay's name for it, wrapped once the handler imports the module):
               the slot advanced past outbox rows, then a crash before that transaction's COMMIT.
+              With the relay operations (tools/chaos/relay_operations.py), the logical relay's replay
+              sets (shop.adapters.postgres.replays' activate and mark_done): a crash after a set's
+              activation (before COMMIT), after that COMMIT (before the slot passes the set's message),
+              after a chunk of a set went out (before COMMIT); and the crashes the migration function
+              arms (Arms) at a relay switch's steps: the next PutEvents goes through, then the process
+              dies, after holding its round's locks a while when the step waits for them.
+    migration the order database's migration function (shop.adapters.postgres.relay_mode's switch_relay,
+              _prepare_slot and _drop_slot): at each step of a switch the harness asked for (SWITCH_FILE),
+              it arms a crash of the publisher and, before a step that waits for the rounds in progress,
+              waits until a publisher took it.
     consumer  the business write (TransactWriteItems on a business table) or, for the notifier, the
               SNS Publish: a crash before it, a timeout before it (an IN_PROGRESS idempotency record
               left by a dead consumer), a crash after it (before the idempotency record completes);
@@ -65,16 +75,23 @@ from tools.chaos.plan import (
     CRASH_AFTER_PUBLISH,
     CRASH_AFTER_WRITE,
     CRASH_BEFORE_WRITE,
+    MIGRATION,
     NOTIFIER,
     OBSERVED_PUBLISH_RESPONSE_LOST,
     PLAN_ENV,
+    POISON_OUTBOX_ITEM,
     RELAY,
     RELAY_CALL_ERROR,
+    RELAY_CRASH_AFTER_SET_ACTIVATION,
+    RELAY_CRASH_AFTER_SET_CHUNK,
+    RELAY_CRASH_AROUND_SWITCH,
+    RELAY_CRASH_BEFORE_PASSING_SET,
     RELAY_ENTRY_FAILURES,
     RELAY_ENTRY_FAILURES_PERSISTENT,
     RELAY_KINDS,
     RELAY_LOST_RESPONSE,
     RELAY_THROTTLE,
+    SET_KINDS,
     SLOT_KINDS,
     FunctionPlan,
     Plan,
@@ -86,6 +103,32 @@ ApiCall = Callable[[BaseClient, str, dict[str, Any]], Any]
 # PostgresRelay=logical: the module whose `advance_slot` (and `peek_changes`) the relay's round calls.
 LOGICAL_RELAY_MODULE = "shop.runtime.logical_relay"
 _REPLICATION_MODULE = "shop.adapters.postgres.replication"
+# The replay sets the logical relay drains (activate, mark_done: called through the module, so wrapped there).
+REPLAYS_MODULE = "shop.adapters.postgres.replays"
+# The migration function's relay switch (switch_relay calls its steps through the module's globals).
+RELAY_MODE_MODULE = "shop.adapters.postgres.relay_mode"
+# In the plan's state_dir: the switch the harness is about to ask the migration function for (its label,
+# the relay it switches to, the function whose crashes to arm and how); absent, the hooks do nothing (the
+# stack's own Create at start-up).
+SWITCH_FILE = "switch.json"
+_ARM_POLL_SECONDS = 0.05
+# A poison row of the outbox, as the harness writes it (tools/chaos/postgres_store.poison_row's values).
+INSERT_POISON_ROW = (
+    "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
+    " VALUES (%(event_id)s, %(aggregate_id)s, %(sequence)s, 'OrderCreated', %(envelope)s)"
+)
+# A switch's steps, where the migration function arms a publisher's crash: by the relay switched to, the
+# first and the last (around the whole switch), and the one between its two parts.
+POINTS = {
+    "logical": ("before the slot's creation", "after the handover"),
+    "polling": ("before the handover", "after the slot is dropped"),
+}
+BEFORE_HANDOVER_TO_LOGICAL = "after the slot's creation, before the handover"
+BEFORE_SLOT_DROP = "after the handover, before the slot is dropped"
+SWITCH_POINTS = {
+    "logical": (POINTS["logical"][0], BEFORE_HANDOVER_TO_LOGICAL, POINTS["logical"][1]),
+    "polling": (POINTS["polling"][0], BEFORE_SLOT_DROP, POINTS["polling"][1]),
+}
 # The publisher tries an entry at most 6 times per invocation; failing it that often makes it checkpoint.
 _PERSISTENT_FAILURES = 6
 _MAX_FAILED_ENTRIES = 3
@@ -107,6 +150,21 @@ def _client_error(code: str, message: str, operation: str, status: int = 400, **
     return ClientError(response, operation)  # type: ignore[arg-type]
 
 
+@contextmanager
+def _locked_json(path: Path, lock_path: Path, default: Callable[[], Any]) -> Iterator[Any]:
+    """A JSON document shared by processes: read under an exclusive flock, written back on leaving."""
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            document = json.loads(path.read_text()) if path.exists() else default()
+            yield document
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(document))
+            temporary.replace(path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class FunctionState:
     """Counters and faulted ids of one function, shared by all its incarnations (a JSON file under flock)."""
 
@@ -117,20 +175,10 @@ class FunctionState:
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, Any]]:
-        with self._lock_path.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                state: dict[str, Any] = (
-                    json.loads(self._path.read_text())
-                    if self._path.exists()
-                    else {"incarnations": 0, "counts": {}, "faulted": []}
-                )
-                yield state
-                temporary = self._path.with_suffix(".tmp")
-                temporary.write_text(json.dumps(state))
-                temporary.replace(self._path)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with _locked_json(
+            self._path, self._lock_path, lambda: {"incarnations": 0, "counts": {}, "faulted": []}
+        ) as state:
+            yield state
 
     def new_incarnation(self) -> int:
         with self._locked() as state:
@@ -166,6 +214,74 @@ class FunctionState:
         with self._locked() as state:
             state["counts"][kind] = max(0, state["counts"].get(kind, 0) - 1)
             state["faulted"] = [faulted for faulted in state["faulted"] if faulted not in set(ids)]
+
+
+class Arms:
+    """Crashes armed for one function by another process (the migration function, at a relay switch's
+    steps), taken in the order they were armed by the function's next opportunity (its next PutEvents),
+    each once. Every arm stays in the file, taken or withdrawn: the harness reports them all."""
+
+    def __init__(self, directory: Path, function: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._path = directory / f"{function}.arms.json"
+        self._lock_path = directory / f"{function}.arms.lock"
+
+    def _locked(self) -> Any:
+        return _locked_json(self._path, self._lock_path, list)
+
+    def arm(self, **details: Any) -> int:
+        with self._locked() as arms:
+            number = len(arms) + 1
+            arms.append(
+                {"arm": number, "armed_at": time.time(), "taken_at": None, "withdrawn": False, **details}
+            )
+            return number
+
+    def take(self, **taker: Any) -> dict[str, Any] | None:
+        """The first arm neither taken nor withdrawn, now taken (by `taker`); None when there is none."""
+        with self._locked() as arms:
+            for arm in arms:
+                if arm["taken_at"] is None and not arm["withdrawn"]:
+                    arm.update(taken_at=time.time(), taker=taker)
+                    return dict(arm)
+            return None
+
+    def give_back(self, number: int) -> None:
+        """A taken arm whose crash never happened (the call it was to follow failed on its own)."""
+        with self._locked() as arms:
+            for arm in arms:
+                if arm["arm"] == number:
+                    arm.update(taken_at=None, taker=None)
+
+    def withdraw(self, number: int) -> bool:
+        """No longer to be taken; False when it was taken already."""
+        with self._locked() as arms:
+            for arm in arms:
+                if arm["arm"] == number and arm["taken_at"] is None:
+                    arm["withdrawn"] = True
+                    return True
+            return False
+
+    def taken(self, number: int) -> bool:
+        with self._locked() as arms:
+            return any(arm["arm"] == number and arm["taken_at"] is not None for arm in arms)
+
+    def all(self) -> list[dict[str, Any]]:
+        with self._locked() as arms:
+            return [dict(arm) for arm in arms]
+
+
+def write_switch(state_dir: Path, **switch: Any) -> None:
+    """What the migration function's next relay switch arms (see SWITCH_FILE); `clear_switch` after it."""
+    path = state_dir / SWITCH_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(switch))
+    temporary.replace(path)
+
+
+def clear_switch(state_dir: Path) -> None:
+    (state_dir / SWITCH_FILE).unlink(missing_ok=True)
 
 
 def _detail_id(body: Any) -> str | None:
@@ -262,6 +378,10 @@ class Injector:
         self._satisfied: set[str] = set()  # kinds with `ensure` known to have happened
         self._persistent: dict[str, int] = {}  # event id -> failures still to inject in this process
         self._slot_read: list[Any] = []  # the logical relay's last peek: its decoded transactions
+        # The round's activation of replay sets, committed unless a crash came first: the end of the log
+        # position of the first transaction carrying one of their messages, their ids and kinds.
+        self._activated: tuple[int, list[int], list[str]] | None = None
+        self.arms = Arms(Path(plan.state_dir), function)
 
     # --- decisions ------------------------------------------------------------------------------
     def _pick(self, candidates: tuple[str, ...]) -> str | None:
@@ -409,6 +529,10 @@ class Injector:
     def _relay(self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
         entries: list[dict[str, Any]] = list(params["Entries"])
         ids = [_envelope_id(entry.get("Detail")) for entry in entries]
+        if RELAY_CRASH_AROUND_SWITCH in self.spec.faults:
+            arm = self.arms.take(incarnation=self.incarnation, pid=os.getpid())
+            if arm is not None:
+                return self._armed_crash(arm, original, client, operation, params, ids)
         repeat = [position for position, event_id in enumerate(ids) if self._persistent.get(event_id, 0) > 0]
         if repeat:
             for position in repeat:
@@ -440,6 +564,40 @@ class Injector:
         if kind == RELAY_LOST_RESPONSE:
             raise ReadTimeoutError(endpoint_url=client.meta.endpoint_url)
         raise ChaosCrash(f"chaos: {self.function} dies after PutEvents succeeded")
+
+    def _armed_crash(
+        self,
+        arm: dict[str, Any],
+        original: ApiCall,
+        client: BaseClient,
+        operation: str,
+        params: dict[str, Any],
+        ids: list[str],
+    ) -> Any:
+        """A crash the migration function armed at a switch's step: the call goes through, the round's
+        locks are held `hold_seconds` (the step waits for them), then the process dies before COMMIT."""
+        try:
+            result = original(client, operation, params)
+        except BaseException:
+            self.arms.give_back(int(arm["arm"]))  # nothing went out: the next call takes it
+            raise
+        hold = float(arm.get("hold_seconds") or 0.0)
+        self.state.tally(RELAY_CRASH_AROUND_SWITCH, 1_000_000)
+        self._record(
+            RELAY_CRASH_AROUND_SWITCH,
+            operation,
+            event_ids=ids,
+            failed_entry_count=result.get("FailedEntryCount", 0),
+            switch=arm.get("switch"),
+            point=arm.get("point"),
+            arm=arm["arm"],
+            armed_at=arm["armed_at"],
+            hold_seconds=hold,
+        )
+        time.sleep(hold)
+        raise ChaosCrash(
+            f"chaos: {self.function} dies after PutEvents, {arm.get('point')} ({arm.get('switch')})"
+        )
 
     @staticmethod
     def _fail_entries(
@@ -476,10 +634,12 @@ class Injector:
         def peek_changes(cursor: Any, slot: str, max_changes: int, **options: Any) -> Any:
             changes = real_peek(cursor, slot, max_changes, **options)  # options: the read's window
             injector._slot_read = list(changes.transactions)
+            injector._activated = None  # a new round
             return changes
 
         @functools.wraps(real_advance)
         def advance_slot(cursor: Any, slot: str, lsn: int) -> bool:
+            injector._before_advance(lsn)
             before = int(replication.confirmed_lsn(cursor, slot))
             moved = real_advance(cursor, slot, lsn)
             if moved:
@@ -488,6 +648,167 @@ class Injector:
 
         setattr(module, "peek_changes", peek_changes)  # noqa: B010 - the seam, on purpose
         setattr(module, "advance_slot", advance_slot)  # noqa: B010 - the seam, on purpose
+        if any(kind in self.spec.faults for kind in SET_KINDS):
+            self.wrap_sets(sys.modules[REPLAYS_MODULE])
+
+    def wrap_sets(self, module: ModuleType) -> None:
+        """Wrap the replay sets' `activate` (the round activates the sets whose messages it read) and
+        `mark_done` (a chunk of them went out): the real call first, then perhaps a crash before COMMIT."""
+        real_activate: Callable[..., None] = module.activate
+        real_done: Callable[..., list[int]] = module.mark_done
+        injector = self
+
+        @functools.wraps(real_activate)
+        def activate(cursor: Any, replay_ids: list[int]) -> None:
+            kinds = _set_kinds(cursor, replay_ids=replay_ids) if replay_ids else []
+            real_activate(cursor, replay_ids)
+            if replay_ids:
+                injector._after_activation(list(replay_ids), kinds)
+
+        @functools.wraps(real_done)
+        def mark_done(cursor: Any, positions: list[int]) -> list[int]:
+            kinds = _set_kinds(cursor, positions=positions) if positions else []
+            finished = real_done(cursor, positions)
+            if positions:
+                injector._after_set_chunk(cursor, list(positions), kinds)
+            return finished
+
+        setattr(module, "activate", activate)  # noqa: B010 - the seam, on purpose
+        setattr(module, "mark_done", mark_done)  # noqa: B010 - the seam, on purpose
+
+    def _set_fault(self, kind: str) -> bool:
+        """Whether to inject `kind` now (the first opportunity, then its probability, up to its cap)."""
+        picked = self._pick((kind,))
+        if picked is None or not self.state.tally(kind, self.spec.faults[kind].cap):
+            return False
+        self._satisfied.add(kind)
+        return True
+
+    def _after_activation(self, replay_ids: list[int], kinds: list[str]) -> None:
+        """Sets activated in the round's transaction: die before its COMMIT? If not, remember where their
+        messages are: the advance past them comes after the COMMIT."""
+        messages = [t.end_lsn for t in self._slot_read if set(getattr(t, "replay_ids", ())) & set(replay_ids)]
+        if self._set_fault(RELAY_CRASH_AFTER_SET_ACTIVATION):
+            self._record(RELAY_CRASH_AFTER_SET_ACTIVATION, "activate", replay_ids=replay_ids, set_kinds=kinds)
+            raise ChaosCrash(f"chaos: {self.function} dies after activating a replay set, before COMMIT")
+        if messages:
+            self._activated = (min(messages), replay_ids, kinds)
+
+    def _before_advance(self, lsn: int) -> None:
+        """The slot is about to pass a message whose set this round activated (committed by now): die
+        before it does?"""
+        activated, self._activated = self._activated, None
+        if activated is None or lsn < activated[0]:
+            self._activated = activated  # not past it yet (the advance before the COMMIT)
+            return
+        if self._set_fault(RELAY_CRASH_BEFORE_PASSING_SET):
+            _, replay_ids, kinds = activated
+            self._record(
+                RELAY_CRASH_BEFORE_PASSING_SET,
+                "advance_slot",
+                replay_ids=replay_ids,
+                set_kinds=kinds,
+                message_lsn=f"{activated[0] >> 32:X}/{activated[0] & 0xFFFFFFFF:X}",
+            )
+            raise ChaosCrash(f"chaos: {self.function} dies after a set's activation committed")
+
+    def _after_set_chunk(self, cursor: Any, positions: list[int], kinds: list[str]) -> None:
+        """Rows of the replay sets on the bus (or parked) and taken out of their sets: die before COMMIT?"""
+        if not self._set_fault(RELAY_CRASH_AFTER_SET_CHUNK):
+            return
+        cursor.execute("SELECT event_id FROM outbox WHERE position = ANY(%s) ORDER BY position", (positions,))
+        ids = [str(event_id) for (event_id,) in cursor.fetchall()]
+        self._record(RELAY_CRASH_AFTER_SET_CHUNK, "mark_done", event_ids=ids, set_kinds=kinds)
+        raise ChaosCrash(f"chaos: {self.function} dies after a chunk of a replay set, before COMMIT")
+
+    # --- the migration function: a relay switch's steps ---------------------------------------------
+    def wrap_switch(self, module: ModuleType) -> None:
+        """Wrap the relay switch (shop.adapters.postgres.relay_mode): at each of its steps, arm a crash of
+        the publisher (see _switch_point); the steps themselves run unchanged."""
+        real_switch: Callable[..., str] = module.switch_relay
+        real_prepare: Callable[..., None] = module._prepare_slot
+        real_drop: Callable[..., bool] = module._drop_slot
+        real_to_logical: Callable[..., str] = module._to_logical
+        injector = self
+
+        @functools.wraps(real_switch)
+        def switch_relay(connection: Any, mode: str, slot: str, **options: Any) -> str:
+            # To logical the slot is created first (creating it waits for the rounds in progress); to
+            # polling the handover is first (it waits for the round holding the slot's lock).
+            first, last = POINTS.get(mode, ("before the switch", "after the switch"))
+            injector._switch_point(mode, first, hold=True)
+            if mode == "polling":  # committed while the armed round holds the slot: the slot holds it
+                injector._poison_at_handover(connection, mode)
+            outcome = real_switch(connection, mode, slot, **options)
+            injector._switch_point(mode, last, hold=False)
+            return outcome
+
+        @functools.wraps(real_to_logical)
+        def _to_logical(cursor: Any, slot: str) -> str:
+            # As if committed just before the outbox's lock: pending at the handover.
+            injector._poison_at_handover(cursor, "logical")
+            return real_to_logical(cursor, slot)
+
+        @functools.wraps(real_prepare)
+        def _prepare_slot(connection: Any, slot: str, bounds: Any) -> None:
+            real_prepare(connection, slot, bounds)
+            # The handover locks the outbox: it waits for the polling round holding its rows.
+            injector._switch_point("logical", BEFORE_HANDOVER_TO_LOGICAL, hold=True)
+
+        @functools.wraps(real_drop)
+        def _drop_slot(connection: Any, slot: str, bounds: Any) -> bool:
+            injector._switch_point("polling", BEFORE_SLOT_DROP, hold=False)
+            return real_drop(connection, slot, bounds)
+
+        setattr(module, "switch_relay", switch_relay)  # noqa: B010 - the seam, on purpose
+        setattr(module, "_prepare_slot", _prepare_slot)  # noqa: B010 - the seam, on purpose
+        setattr(module, "_drop_slot", _drop_slot)  # noqa: B010 - the seam, on purpose
+        setattr(module, "_to_logical", _to_logical)  # noqa: B010 - the seam, on purpose
+
+    def _switch(self, mode: str) -> dict[str, Any] | None:
+        """The switch to `mode` the harness asked for (SWITCH_FILE), None when none."""
+        try:
+            switch: dict[str, Any] = json.loads((Path(self.plan.state_dir) / SWITCH_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return switch if switch.get("to") == mode else None
+
+    def _poison_at_handover(self, executor: Any, mode: str) -> None:
+        """The poison row the harness asked for (the switch's "poison_row"), written now: pending when the
+        switch hands the outbox over (to logical: in the handover's transaction, as if committed just
+        before its lock; to polling: committed while the armed round holds the slot, so the slot still
+        holds it at the handover)."""
+        switch = self._switch(mode)
+        row = switch.get("poison_row") if switch is not None else None
+        if switch is None or not row:
+            return
+        executor.execute(INSERT_POISON_ROW, row["values"])
+        self.ledger.append(POISON_OUTBOX_ITEM, str(switch["function"]), "INSERT", **row["details"])
+
+    def _switch_point(self, mode: str, point: str, *, hold: bool) -> None:
+        """A step of the switch the harness asked for (SWITCH_FILE) to `mode`: arm the publisher's next
+        PutEvents to be its last. Before a step that waits for the rounds in progress (`hold`), the
+        armed round holds its locks a while and the switch goes on once a publisher took the arm, so the
+        step waits on the round that dies; an arm nobody took in time is withdrawn (the report says so)."""
+        switch = self._switch(mode)
+        if switch is None:
+            return
+        arms = Arms(Path(self.plan.state_dir), str(switch["function"]))
+        number = arms.arm(
+            switch=switch.get("switch"),
+            to=mode,
+            point=point,
+            hold_seconds=float(switch.get("hold_seconds", 0.0)) if hold else 0.0,
+            waited=hold,
+        )
+        if not hold:
+            return
+        deadline = time.monotonic() + float(switch.get("arm_wait_seconds", 0.0))
+        while time.monotonic() < deadline:
+            if arms.taken(number):
+                return
+            time.sleep(_ARM_POLL_SECONDS)
+        arms.withdraw(number)
 
     def _after_advance(self, before: int, lsn: int) -> None:
         """The slot now stands past the rows of the transactions it just confirmed: die before COMMIT?"""
@@ -574,6 +895,21 @@ class Injector:
         raise ChaosCrash(f"chaos: {self.function} dies after its idempotency record completed")
 
 
+def _set_kinds(
+    cursor: Any, *, replay_ids: list[int] | None = None, positions: list[int] | None = None
+) -> list[str]:
+    """The kinds (replay, handover, spill) of the sets with these ids, or naming these rows."""
+    if replay_ids is not None:
+        cursor.execute("SELECT DISTINCT kind FROM outbox_replay WHERE replay_id = ANY(%s)", (replay_ids,))
+    else:
+        cursor.execute(
+            "SELECT DISTINCT s.kind FROM outbox_replay_rows AS r JOIN outbox_replay AS s"
+            " ON s.replay_id = r.replay_id WHERE r.position = ANY(%s)",
+            (positions,),
+        )
+    return sorted(str(kind) for (kind,) in cursor.fetchall())
+
+
 class _ThenLoader(importlib.abc.Loader):
     """A module's own loader, then `then(module)` once the module has run (its names exist)."""
 
@@ -650,9 +986,11 @@ def install(environ: dict[str, str] | None = None) -> Injector | None:
     if (
         spec.role == RELAY
         and env.get("POSTGRES_RELAY") == "logical"
-        and any(kind in spec.faults for kind in SLOT_KINDS)
+        and any(kind in spec.faults for kind in (*SLOT_KINDS, *SET_KINDS))
     ):
         after_import(LOGICAL_RELAY_MODULE, injector.wrap_slot)
+    if spec.role == MIGRATION:
+        after_import(RELAY_MODE_MODULE, injector.wrap_switch)
     return injector
 
 

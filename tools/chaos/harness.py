@@ -32,7 +32,11 @@ same publisher reads the outbox's inserts from a replication slot and marks no r
 - of the 2 or 4 invocations at once, one reads the slot at a time (its advisory lock): the report says
   how many invocations ran and how many sessions held the slot's lock at once (pg_locks, sampled);
 - a row's bookmark is the slot: the drain waits until the slot holds no outbox row, and every row must
-  end behind the slot (delivered) or parked when it is poison (tools/chaos/postgres_store.py).
+  end behind the slot (delivered) or parked when it is poison (tools/chaos/postgres_store.py);
+- the relay's operations run mid-drive (tools/chaos/relay_operations.py; ChaosConfig.relay_operations,
+  replays_at, switches_at): operator's replays of everything written so far, a deploy switching the
+  relay to polling and one switching back, with the publisher dying around each step of a switch, around
+  a replay set's activation and after a chunk of a set; the checks add relay_operations.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from botocore.exceptions import BotoCoreError
 
 from operations.recovery import FailedStreamBatch
 from shop.adapters import keys
@@ -67,12 +73,15 @@ from tools.chaos.check import (
     Check,
     DynamoOrderStore,
     Evidence,
+    OperationsEvidence,
     OrderStore,
     OutboxRecord,
+    capture_lag,
     collect,
     evaluate,
     parked_key,
     parked_poison,
+    quantiles,
     read_dlq,
     stream_range_keys,
 )
@@ -91,12 +100,18 @@ from tools.chaos.plan import (
     CRASH_AFTER_PUBLISH,
     CRASH_AFTER_WRITE,
     CRASH_BEFORE_WRITE,
+    MIGRATION,
     NOTIFIER,
     OBSERVED_PUBLISH_RESPONSE_LOST,
+    OPERATION_FAULT_KINDS,
     RELAY,
     RELAY_CALL_ERROR,
     RELAY_CRASH_AFTER_ADVANCE,
     RELAY_CRASH_AFTER_PUT,
+    RELAY_CRASH_AFTER_SET_ACTIVATION,
+    RELAY_CRASH_AFTER_SET_CHUNK,
+    RELAY_CRASH_AROUND_SWITCH,
+    RELAY_CRASH_BEFORE_PASSING_SET,
     RELAY_ENTRY_FAILURES,
     RELAY_ENTRY_FAILURES_PERSISTENT,
     RELAY_LOST_RESPONSE,
@@ -109,7 +124,8 @@ from tools.chaos.plan import (
 )
 from tools.chaos.postgres_store import PostgresOrderStore
 from tools.chaos.progress import Counts, ProgressLine
-from tools.chaos.publishers import PUBLISHER, DatabaseRestart, PublisherPool
+from tools.chaos.publishers import PUBLISHER, DatabaseRestart, PublisherPool, RestartGate
+from tools.chaos.relay_operations import MIGRATION_FUNCTION, RelayOperations
 from tools.local.console.activity import Invocation
 from tools.local.pollers.event_sources import read_event_sources
 from tools.local.services.emulators import LocalServices
@@ -135,6 +151,9 @@ POLLING, LOGICAL = "polling", "logical"  # the template's PostgresRelay (postgre
 # 503s counted as the restart's up to this long after the database is back (connections it broke are
 # found broken at their next use).
 _AFTER_RESTART_SECONDS = 10.0
+# The drain gives up once outbox events are missing from the bus and none reached it for this long.
+STALL_SECONDS = 300.0
+_MISSING = "outbox events not on the bus yet"
 _NEXT_SECONDS = 10.0  # a poison row's neighbours: the events of other orders written this soon after it
 
 
@@ -179,6 +198,18 @@ class ChaosConfig:
     # still fits one poison queue message, so it is parked whole (a row over the queue's 256 KiB would be
     # parked without its item).
     max_event_bytes: int = 32_768
+    # postgres: the relay's operations mid-drive (tools/chaos/relay_operations.py): None, with the logical
+    # relay only. At these shares of the orders sent: the operator's replays of everything written so far
+    # (the order database holds about 2 events per order: at 70 % and 97 % of 2,000 orders over 6,000
+    # events replayed in all; a replay comes after the switches due before it), and a deploy switching to
+    # the other relay, then one switching back (the first meets the first replay's set draining: it waits
+    # until half of it is out, and hands the rest back). None: not done.
+    relay_operations: bool | None = None
+    replays_at: tuple[float, ...] = (0.7, 0.97)
+    switches_at: tuple[float, float] | None = (0.72, 0.8)
+    # And a poison row pending at each switch's handover (written by the migration function's hooks:
+    # to logical in the handover's transaction, to polling while the slot still holds it).
+    poison_at_handover: bool = True
 
     def __post_init__(self) -> None:
         if self.order_store not in ORDER_STORES:
@@ -199,10 +230,18 @@ class ChaosConfig:
         return self.postgres and self.postgres_relay == LOGICAL
 
     @property
+    def operations(self) -> bool:
+        """The relay operations run (postgres only; by default with the logical relay)."""
+        wanted = self.relay_operations if self.relay_operations is not None else self.logical
+        return self.postgres and wanted and bool(self.replays_at or self.switches_at)
+
+    @property
     def drain_timeout(self) -> float:
         if self.drain_timeout_seconds is not None:
             return self.drain_timeout_seconds
-        return max(240.0, self.orders * 0.6)
+        # The relay operations put thousands more events on the bus late in the drive (the replay): the
+        # local pipeline (one moto process) works them off in the drain.
+        return max(240.0, self.orders * 0.6) * (2 if self.operations else 1)
 
 
 # Each attempt: P(5 conflicts in a row) = 0.6**5 = 8 %, so without in-process retries about one message
@@ -221,8 +260,12 @@ def _cap(orders: int, per: int, most: int) -> int:
 
 
 def roles(config: ChaosConfig) -> dict[str, str]:
-    """The functions faults are injected in, by role: with postgres, the polling publisher is a relay."""
-    return {**ROLES, PUBLISHER: RELAY} if config.postgres else dict(ROLES)
+    """The functions faults are injected in, by role: with postgres, the polling publisher is a relay;
+    with the relay operations, the migration function arms the publisher's crashes at a switch's steps."""
+    found = {**ROLES, PUBLISHER: RELAY} if config.postgres else dict(ROLES)
+    if config.operations:
+        found[MIGRATION_FUNCTION] = MIGRATION
+    return found
 
 
 def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Path) -> Plan:
@@ -259,9 +302,17 @@ def fault_plan(config: ChaosConfig, template: Template, ledger: Path, state: Pat
             # The logical relay's only (_applicable): per advance past outbox rows, as a crash after
             # PutEvents is per call.
             RELAY_CRASH_AFTER_ADVANCE: spec(0.01, _cap(n, 100, 20)),
+            # With the relay operations only (_applicable): per activation of replay sets, per advance
+            # past an activated set's message, per chunk of a set drained; and the crashes the migration
+            # function arms at a switch's steps (never drawn: each arm is one).
+            RELAY_CRASH_AFTER_SET_ACTIVATION: spec(0.5, _cap(n, 500, 3)),
+            RELAY_CRASH_BEFORE_PASSING_SET: spec(0.5, _cap(n, 500, 3)),
+            RELAY_CRASH_AFTER_SET_CHUNK: spec(0.1, _cap(n, 200, 10)),
+            RELAY_CRASH_AROUND_SWITCH: spec(0.0, 1_000, ensure=False),
         },
         CONSUMER: consumer,
         NOTIFIER: notifier,
+        MIGRATION: {},
     }
     receives = config.max_receive_count or int(template.parameter_values["ConsumerMaxReceiveCount"])
     return Plan(
@@ -288,6 +339,8 @@ def _applicable(config: ChaosConfig, function: str, faults: dict[str, FaultSpec]
     missing = set(not_applicable(config.postgres, config.postgres_relay).get(function, ()))
     if function != PUBLISHER or not config.logical:
         missing |= set(SLOT_KINDS)
+    if function != PUBLISHER or not config.operations:
+        missing |= set(OPERATION_FAULT_KINDS)
     return {kind: spec for kind, spec in faults.items() if kind not in missing}
 
 
@@ -308,7 +361,8 @@ def chaos_template(config: ChaosConfig) -> Template:
     template = Template(data, parameters=parameters, stack_name=config.stack_name)
     for source in read_event_sources(template).queues:
         timeout = template.function(source.function).timeout
-        data["Resources"][source.queue]["Properties"]["VisibilityTimeout"] = (
+        # The template's own data (it keeps an expanded copy of what it was given), read anew by its views.
+        template.data["Resources"][source.queue]["Properties"]["VisibilityTimeout"] = (
             timeout + _VISIBILITY_MARGIN_SECONDS
         )
     return template
@@ -415,11 +469,14 @@ class Run:
         self.timings: dict[str, float] = {}
         self.client_counters: dict[str, int] = {}
         self.drained = False
+        self.stalled = False  # the drain gave up: events missing from the bus, none arriving (STALL_SECONDS)
         # Set once the stack runs: where the orders are, and (postgres) the extra publishers and the restart.
         self.store: OrderStore | None = None
         self.postgres: PostgresOrderStore | None = None
         self.publishers: PublisherPool | None = None
         self.restart: DatabaseRestart | None = None
+        self.operations: RelayOperations | None = None
+        self._gate = RestartGate()  # the database's restart and the relay operations: never at once
         # The live line (not with `quiet`) and the timeline: when the run's phases began (epoch seconds),
         # when each order was sent, and what the line samples (the parts, once they run).
         self.progress: ProgressLine | None = None
@@ -529,7 +586,10 @@ class Run:
             self.publishers = PublisherPool(stack, slot_holders=holders)
             if self.config.restart_at is not None:
                 self.restart = DatabaseRestart(
-                    stack.services.order_database, self.ledger, self.config.database_down_seconds
+                    stack.services.order_database,
+                    self.ledger,
+                    self.config.database_down_seconds,
+                    gate=self._gate,
                 )
         else:
             self.store = DynamoOrderStore(stack)
@@ -549,6 +609,22 @@ class Run:
         for part in (capture, notifications, duplicator):
             part.start()
         self._parts = (capture, notifications, duplicator)
+        if self.config.operations:
+            assert self.postgres is not None
+            self.operations = RelayOperations(
+                stack,
+                self.postgres,
+                capture,
+                self.ledger,
+                Path(self.plan.state_dir),
+                self.config.postgres_relay,
+                self.say,
+                self.poison_items,
+                poison_at_handover_bytes=self.config.max_event_bytes
+                if self.config.poison_at_handover
+                else None,
+                gate=self._gate,
+            )
         if not self.config.quiet:
             self.progress = ProgressLine(self.live_counts)
             self.progress.start()
@@ -587,6 +663,9 @@ class Run:
                 self.publishers.stop()
             if self.restart is not None:
                 self.restart.join()
+            if self.operations is not None:
+                self.operations.join(timeout=60.0)
+                self.operations.close()
             if self.postgres is not None:
                 self.postgres.close()
             for part in (duplicator, notifications, capture):
@@ -642,6 +721,8 @@ class Run:
             at.setdefault(len(plan) // 2, []).append(
                 lambda: publishers.set_target("drive, second half", second)
             )
+        if self.operations is not None:
+            self.operations.schedule(len(plan), at, self.config.switches_at, self.config.replays_at)
         restart = self.restart
         if restart is not None and self.config.restart_at is not None:
             index = min(len(plan) - 1, int(self.config.restart_at * len(plan)))
@@ -685,9 +766,15 @@ class Run:
         deadline = time.monotonic() + self.config.drain_timeout
         stable = 0
         last_report = 0.0
+        # Events of the outbox missing from the bus while no new event reached it for STALL_SECONDS: the
+        # pipeline is stuck (a relay failing every round), not slow; waiting the bound out shows nothing more.
+        progress: tuple[int, float] = (len(capture.seen()), time.monotonic())
         while time.monotonic() < deadline:
             began = time.monotonic()
-            reasons = self._not_drained(sqs, topology, capture, notifications, duplicator)
+            try:
+                reasons = self._not_drained(sqs, topology, capture, notifications, duplicator)
+            except BotoCoreError as exc:  # moto answering too slowly for once: look again
+                reasons = [f"the local services did not answer: {exc}"]
             stable = stable + 1 if not reasons else 0
             if stable >= _STABLE_POLLS:
                 self.say("drained")
@@ -695,6 +782,13 @@ class Run:
             if reasons and time.monotonic() - last_report >= _PROGRESS_SECONDS:
                 last_report = time.monotonic()
                 self.say("draining: " + "; ".join(reasons))
+            seen = len(capture.seen())
+            if seen != progress[0] or not any(_MISSING in reason for reason in reasons):
+                progress = (seen, time.monotonic())
+            elif time.monotonic() - progress[1] >= STALL_SECONDS:
+                self.stalled = True
+                self.say(f"not drained: no new event on the bus for {STALL_SECONDS:.0f} s while {_MISSING}")
+                return False
             time.sleep(max(1.0, 2 * (time.monotonic() - began)))
         self.say(f"not drained within {self.config.drain_timeout:.0f} s: checking what is there")
         return False
@@ -715,7 +809,7 @@ class Run:
         busy = {q: n for q, n in in_queues.items() if n}
         if busy or duplicator.held():
             reasons.append(f"in queues {busy}, held duplicates {duplicator.held()}")
-        backlog = queue_depth(sqs, capture.queue_url) + queue_depth(sqs, notifications.queue_url)
+        backlog = capture.backlog(sqs) + notifications.backlog(sqs)
         if backlog:
             reasons.append(f"{backlog} captured messages not read yet")
         # Poison is parked by the relay in its poison queue; the relay DLQ is not waited for (it must
@@ -730,6 +824,8 @@ class Run:
                 reasons.append(f"{topology.consumer_dlqs[queue]} {found}/{count}")
         if self.restart is not None and not self.restart.done:
             reasons.append("the order database is restarting")
+        if self.operations is not None and self.operations.busy():
+            reasons.append("relay operations under way")
         if reasons:
             return reasons  # the table scan below is the expensive part
         snapshot = collect(self.stack, self.store)
@@ -745,7 +841,7 @@ class Run:
         outbox = snapshot.decodable()
         unseen = [i for i in outbox if i not in seen]
         if unseen:
-            reasons.append(f"{len(unseen)} outbox events not on the bus yet")
+            reasons.append(f"{len(unseen)} {_MISSING}")
         published = notifications.by_event_id()
         silent = [
             i
@@ -814,7 +910,13 @@ class Run:
             deaths=self._deaths(),
             in_order_sources=self._in_order_sources(),
             database_outages=[self.restart.window] if self.restart and self.restart.window else [],
+            operations=self._operations_evidence(),
         )
+
+    def _operations_evidence(self) -> OperationsEvidence | None:
+        if self.operations is None or self.postgres is None:
+            return None
+        return self.operations.evidence(self.postgres.when_available(self.postgres.relay_mode))
 
     def _in_order_sources(self) -> frozenset[str]:
         """Whose events must first reach the bus in each aggregate's order: the polling publisher's always
@@ -860,6 +962,7 @@ class Run:
         return {
             "passed": passed,
             "drained": self.drained,
+            **({"stalled": True} if self.stalled else {}),
             "seed": self.config.seed,
             "order_store": self.config.order_store,
             **({"postgres_relay": self.config.postgres_relay} if self.config.postgres else {}),
@@ -917,6 +1020,7 @@ class Run:
             },
             "invariants": {check.name: check.to_dict() for check in checks},
             **({"postgres": self._postgres_figures(evidence, outcomes)} if self.config.postgres else {}),
+            **({"relay_operations": self.operations.figures(evidence)} if self.operations else {}),
             **({"epilogue": self.epilogue_report} if self.epilogue is not None else {}),
             "plan": json.loads(self.plan.to_json()),
             "run_dir": str(self.run_dir),
@@ -943,7 +1047,7 @@ class Run:
         rows = [r for r in snapshot.outbox if r.state is not None]
         states = Counter(str(r.state) for r in rows)
         lags = sorted(lag for r in rows if (lag := self._publish_lag(r, evidence)) is not None)
-        captured = sorted(lag for r in rows if (lag := _capture_lag(r, evidence)) is not None)
+        captured = sorted(lag for r in rows if (lag := capture_lag(r, evidence)) is not None)
 
         def crashed(kind: str) -> set[str]:
             return {
@@ -966,6 +1070,11 @@ class Run:
             # Logical: between PutEvents and the slot advance (the round's end).
             "after_a_crash_between_put_events_and_commit": put_again(crashed(RELAY_CRASH_AFTER_PUT)),
         }
+        if self.operations is not None:
+            republished["after_a_crash_around_a_switch_step"] = put_again(crashed(RELAY_CRASH_AROUND_SWITCH))
+            republished["after_a_crash_after_a_replay_set_chunk"] = put_again(
+                crashed(RELAY_CRASH_AFTER_SET_CHUNK)
+            )
         if self.config.logical:
             # The events an advance confirmed before its process died: never read again (a repeat of
             # one came from a failure before that advance, e.g. a lost PutEvents answer).
@@ -975,12 +1084,12 @@ class Run:
         return {
             "outbox_rows": {state: states[state] for state in (PUBLISHED, PARKED, PENDING)},
             "slot_rows": snapshot.slot_rows,
-            "publish_lag_seconds": _quantiles(lags),
+            "publish_lag_seconds": quantiles(lags),
             # Polling: from the row's created_at to its published_at. Logical (no row marked): to the
             # event's first arrival in the harness's capture queue (EventBridge -> SQS -> the harness).
             "publish_lag_to": "first seen by the bus capture" if self.config.logical else "marked published",
             # Either relay: from created_at to the first arrival in the capture queue (comparable).
-            "bus_capture_lag_seconds": _quantiles(captured),
+            "bus_capture_lag_seconds": quantiles(captured),
             "republished": republished,
             "inbox_rows": len(snapshot.inbox),
             "publishers": self.publishers.report() if self.publishers else {},
@@ -1048,26 +1157,7 @@ class Run:
             return None
         if not self.config.logical:
             return record.marked_at - record.created_at if record.marked_at is not None else None
-        return _capture_lag(record, evidence)
-
-
-def _capture_lag(record: OutboxRecord, evidence: Evidence) -> float | None:
-    """From a published row's created_at to its event's first arrival in the harness's bus capture."""
-    if record.state != PUBLISHED or record.created_at is None:
-        return None
-    captured = evidence.bus.get(str((record.envelope or {}).get("id")))
-    return captured.first_at - record.created_at if captured is not None else None
-
-
-def _quantiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-
-    def at(share: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 3)
-
-    return {"p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1], 3)}
+        return capture_lag(record, evidence)
 
 
 def run(

@@ -14,8 +14,9 @@ from typing import Any
 
 PLAN_ENV = "CHAOS_PLAN"
 
-# Roles of the functions, by what their calls look like.
-API, RELAY, CONSUMER, NOTIFIER = "api", "relay", "consumer", "notifier"
+# Roles of the functions, by what their calls look like (MIGRATION: the order database's migration
+# function, which arms the publisher's crashes at a relay switch's steps).
+API, RELAY, CONSUMER, NOTIFIER, MIGRATION = "api", "relay", "consumer", "notifier", "migration"
 
 # Fault kinds injected inside the function workers (tools/chaos/faults.py), by the call they hook.
 API_THROTTLE = "api.throttle"
@@ -31,6 +32,24 @@ RELAY_CRASH_AFTER_PUT = "relay.crash_after_put"
 # PostgresRelay=logical only: the slot advanced, then the process dies before that transaction's COMMIT
 # (hooked on shop.runtime.logical_relay.advance_slot, not on an AWS call).
 RELAY_CRASH_AFTER_ADVANCE = "relay.crash_after_advance"
+# PostgresRelay=logical, with the relay operations (tools/chaos/relay_operations.py): the replay sets
+# (shop.adapters.postgres.replays: a replay, a handover from the polling publisher) as the relay's round
+# drains them, hooked on that module's activate and mark_done and on the relay's advance_slot:
+# - the round activated a set (its message read, everything committed before it out), then the process
+#   dies before the round's COMMIT: the activation is undone, the message read again;
+# - the activation committed, then the process dies before the slot passes the set's message (the second,
+#   short transaction): the message is read again, the set found active already;
+# - a chunk of a set put on the bus and taken out of the set, then the process dies before COMMIT: the
+#   chunk stays in the set and is put again.
+RELAY_CRASH_AFTER_SET_ACTIVATION = "relay.crash_after_set_activation"
+RELAY_CRASH_BEFORE_PASSING_SET = "relay.crash_before_passing_set_message"
+RELAY_CRASH_AFTER_SET_CHUNK = "relay.crash_after_set_chunk"
+# Armed by the migration function at the steps of a relay switch (before the slot's creation, before and
+# after the handover, after the slot is dropped): the publisher's next PutEvents goes through, then the
+# process dies before its COMMIT (or slot advance); armed before a step that waits for the rounds in
+# progress (creating the slot, locking the outbox or the slot), it holds its locks a while first, so the
+# step waits on the round that dies.
+RELAY_CRASH_AROUND_SWITCH = "relay.crash_around_switch"
 CRASH_BEFORE_WRITE = "consumer.crash_before_write"
 CRASH_AFTER_WRITE = "consumer.crash_after_write"
 CRASH_AFTER_COMPLETE = "consumer.crash_after_complete"
@@ -49,6 +68,12 @@ POISON_OUTBOX_ITEM = "poison.outbox_item"
 POISON_MESSAGE = "poison.malformed_message"
 # OrderStore=postgres: the order database stopped mid-drive and started again on the same data.
 DATABASE_RESTART = "database.restart"
+# OrderStore=postgres, the relay operations mid-drive (tools/chaos/relay_operations.py): a relay switch
+# as a deploy runs it (the migration function's Update, then the functions' new configuration), and a
+# replay by window as an operator runs it (`python -m operations replay`: the order database through its
+# maintenance function, the inventory table by the command itself).
+OPERATION_RELAY_SWITCH = "operation.relay_switch"
+OPERATION_REPLAY = "operation.replay"
 
 # The kinds each hook picks among (tools/chaos/faults.py), and every kind a worker can inject.
 API_KINDS = (API_THROTTLE, API_CONFLICT, API_TIMEOUT_AFTER_COMMIT)
@@ -63,6 +88,9 @@ RELAY_KINDS = (
 # The kinds hooked on the logical relay's replication slot (only OutboxPublisherFunction with
 # PostgresRelay=logical has one; the stream relay never does).
 SLOT_KINDS = (RELAY_CRASH_AFTER_ADVANCE,)
+# The kinds hooked on the logical relay's replay sets, and the armed one: in a run with relay operations.
+SET_KINDS = (RELAY_CRASH_AFTER_SET_ACTIVATION, RELAY_CRASH_BEFORE_PASSING_SET, RELAY_CRASH_AFTER_SET_CHUNK)
+OPERATION_FAULT_KINDS = (*SET_KINDS, RELAY_CRASH_AROUND_SWITCH)
 WORKER_KINDS = (
     *API_KINDS,
     API_STALE_CANCEL,
@@ -75,6 +103,7 @@ WORKER_KINDS = (
 )
 HARNESS_KINDS = (BUS_DUPLICATE, POISON_OUTBOX_ITEM, POISON_MESSAGE)
 POSTGRES_HARNESS_KINDS = (DATABASE_RESTART,)
+OPERATION_KINDS = (OPERATION_RELAY_SWITCH, OPERATION_REPLAY)
 # OrderStore=postgres: the kinds whose hook is not there. The API's faults hook its DynamoDB transaction
 # (TransactWriteItems), and the consumers' business-write faults the consumer's; on this store the API
 # and the order-status consumer write PostgreSQL. The order-status consumer keeps the fault after its

@@ -5,10 +5,11 @@ database: orders and their lines, request keys, outbox rows with their publishin
 and it writes poison rows straight into the outbox table (tools/chaos/poison.py builds them), as a bad
 deploy or a hand-made fix could. Inventory stays on DynamoDB (check.collect).
 
-A row's publishing state is what its relay's bookmark says: with PostgresRelay=polling its marks
-(published_at, parked_at); with PostgresRelay=logical, which marks nothing published, its parked mark
-and the replication slot: a row the slot still holds (peeked under the relay's lock, as the
-maintenance function peeks it) is pending, one it has moved past is published (delivered).
+A row's publishing state is what its relay's bookmark says (the relay that owns the outbox when it is
+read, outbox_relay.mode: a run's relay switches change it): with the polling publisher its marks
+(published_at, parked_at); with the logical relay, which marks nothing published, its parked mark, the
+replication slot and the replay sets: a row the slot still holds (peeked under the relay's lock, as the
+maintenance function peeks it) or a set still names is pending, any other is published (delivered).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import psycopg
 
 from shop.adapters import keys
 from shop.adapters.postgres import replays, replication
+from shop.adapters.postgres.outbox import relay_mode
 from tools.chaos import poison
 from tools.chaos.check import ORDERS_SIDE, OutboxRecord, Snapshot, envelope_of, postgres_row_key
+from tools.chaos.faults import INSERT_POISON_ROW
 from tools.chaos.ledger import Ledger
 from tools.chaos.plan import POISON_OUTBOX_ITEM
 from tools.chaos.poison import PoisonItem
@@ -126,21 +129,40 @@ class PostgresOrderStore:
 
     # --- the evidence -----------------------------------------------------------------------------
     def read(self, snapshot: Snapshot) -> None:
-        self.when_available(lambda connection: self._read(connection, snapshot))
+        def attempt(connection: psycopg.Connection) -> Snapshot:
+            fresh = Snapshot(order_store=snapshot.order_store)  # an attempt that failed half-way adds nothing
+            self._read(connection, fresh)
+            return fresh
+
+        found = self.when_available(attempt)
+        snapshot.orders.update(found.orders)
+        for request_pk, order_ids in found.request_orders.items():
+            snapshot.request_orders.setdefault(request_pk, []).extend(order_ids)
+        snapshot.outbox.extend(found.outbox)
+        snapshot.inbox.extend(found.inbox)
+        snapshot.slot_rows = found.slot_rows
 
     def slot_positions(self, connection: psycopg.Connection) -> list[int]:
-        """The outbox rows the slot still holds (positions, a row once per time it would be delivered):
-        peeked, never consumed, under the relay's lock (a slot serves one session at a time)."""
+        """The outbox rows the logical relay still holds (positions, a row once per time it would be
+        delivered): what its slot holds, peeked, never consumed, under the relay's lock (a slot serves one
+        session at a time), and what its replay sets still name (replays, a handover, spilled transactions:
+        shop.adapters.postgres.replays, drained beside the slot)."""
         with connection.transaction(), connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL lock_timeout = {SLOT_LOCK_WAIT_MS}")
             replication.lock_slot(cursor, self.slot)
             changes = replication.peek_changes(cursor, self.slot, SLOT_PEEK_CHANGES)
-            in_sets = replays.pending_positions(cursor)  # what the replay sets still name is pending too
+            in_sets = replays.pending_positions(cursor)
         return (
             [row.position for t in changes.transactions for row in t.rows]
             + [position for t in changes.transactions for position in t.replayed]
             + in_sets
         )
+
+    def relay_mode(self, connection: psycopg.Connection) -> str:
+        """The relay that owns the outbox now (outbox_relay.mode: a relay switch changes it mid-run), whose
+        bookmark says what is published."""
+        with connection.cursor() as cursor:
+            return relay_mode(cursor)
 
     def _read(self, connection: psycopg.Connection, snapshot: Snapshot) -> None:
         lines: dict[str, list[dict[str, Any]]] = {}
@@ -166,7 +188,8 @@ class PostgresOrderStore:
             snapshot.request_orders.setdefault(request_pk, []).append(order_id)
         outbox = connection.execute(_OUTBOX).fetchall()
         in_slot: set[int] = set()
-        if self.logical:  # read after the rows: a row the slot delivered meanwhile counts as delivered
+        logical = self.relay_mode(connection) == "logical"
+        if logical:  # read after the rows: a row the slot delivered meanwhile counts as delivered
             held = self.slot_positions(connection)
             snapshot.slot_rows = len(held)
             in_slot = set(held)
@@ -174,7 +197,7 @@ class PostgresOrderStore:
             position, event_id, aggregate_id, sequence, envelope, trace_header, created_at = row[:7]
             published_at, parked_at = row[8], row[9]
             pk, sk = postgres_row_key(aggregate_id, sequence, event_id)
-            if self.logical:  # published_at is the polling publisher's (rows handed over to the slot)
+            if logical:  # published_at is the polling publisher's (rows handed over to the slot)
                 state = "parked" if parked_at else "pending" if position in in_slot else "published"
                 published_at = None
             else:
@@ -236,30 +259,41 @@ class PostgresOrderStore:
     ) -> PoisonItem:
         """A poison row in the outbox: of an aggregate that does not exist (sequence 1), or of the real
         order `order_id` far past any sequence it will reach (so it takes no event's place)."""
-        event_id = str(uuid.uuid4())
-        aggregate = order_id or f"chaos-poison-{uuid.uuid4().hex[:12]}"
-        sequence = REAL_ORDER_POISON_SEQUENCE if order_id else 1
-        envelope = poison.postgres_envelope(variant, event_id, aggregate, sequence, max_event_bytes)
-        pk, sk = postgres_row_key(aggregate, sequence, event_id)
+        item, row = poison_row(variant, max_event_bytes, order_id)
 
         def insert(connection: psycopg.Connection) -> None:
             # A retry after a lost answer finds the row there.
             with contextlib.suppress(psycopg.errors.UniqueViolation):
-                connection.execute(
-                    "INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    (event_id, aggregate, sequence, "OrderCreated", envelope),
-                )
+                connection.execute(INSERT_POISON_ROW, row)
 
         self.when_available(insert)
         ledger.append(
-            POISON_OUTBOX_ITEM,
-            "OutboxPublisherFunction",
-            "INSERT",
-            table=poison.POSTGRES_OUTBOX,
-            event_ids=[event_id],
-            variant=variant,
-            real_order=order_id is not None,
-            envelope_bytes=len(envelope.encode()),
+            POISON_OUTBOX_ITEM, "OutboxPublisherFunction", "INSERT", **poison_row_details(item, row)
         )
-        return PoisonItem(poison.POSTGRES_OUTBOX, pk, sk, event_id, variant, real_order=order_id is not None)
+        return item
+
+
+def poison_row(
+    variant: str, max_event_bytes: int, order_id: str | None = None
+) -> tuple[PoisonItem, dict[str, Any]]:
+    """A poison row to write (faults.INSERT_POISON_ROW, its values by name): of an aggregate that does not
+    exist (sequence 1), or of the real order `order_id` far past any sequence it will reach (so it takes
+    no event's place)."""
+    event_id = str(uuid.uuid4())
+    aggregate = order_id or f"chaos-poison-{uuid.uuid4().hex[:12]}"
+    sequence = REAL_ORDER_POISON_SEQUENCE if order_id else 1
+    envelope = poison.postgres_envelope(variant, event_id, aggregate, sequence, max_event_bytes)
+    pk, sk = postgres_row_key(aggregate, sequence, event_id)
+    item = PoisonItem(poison.POSTGRES_OUTBOX, pk, sk, event_id, variant, real_order=order_id is not None)
+    return item, {"event_id": event_id, "aggregate_id": aggregate, "sequence": sequence, "envelope": envelope}
+
+
+def poison_row_details(item: PoisonItem, row: dict[str, Any]) -> dict[str, Any]:
+    """The ledger entry's details of a poison row written."""
+    return {
+        "table": poison.POSTGRES_OUTBOX,
+        "event_ids": [item.event_id],
+        "variant": item.variant,
+        "real_order": item.real_order,
+        "envelope_bytes": len(str(row["envelope"]).encode()),
+    }

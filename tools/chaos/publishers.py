@@ -20,7 +20,8 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,13 +174,57 @@ class PublisherPool:
             }
 
 
+class RestartGate:
+    """The database's restart, and the relay operations (tools/chaos/relay_operations.py), never at once:
+    operations may run together (shared), the restart alone (it waits for those under way, and the
+    operations that come meanwhile wait for it)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._operations = 0
+        self._restarting = False
+        self._restart_due = False  # an operation that comes now waits for the restart (it is not starved)
+
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        with self._condition:
+            self._condition.wait_for(lambda: not self._restarting and not self._restart_due)
+            self._operations += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._operations -= 1
+                self._condition.notify_all()
+
+    @contextmanager
+    def restart(self) -> Iterator[None]:
+        with self._condition:
+            self._restart_due = True
+            self._condition.wait_for(lambda: not self._restarting and self._operations == 0)
+            self._restarting = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._restarting = self._restart_due = False
+                self._condition.notify_all()
+
+
 class DatabaseRestart:
     """The order database stopped and started again on the same data, `down_seconds` later."""
 
-    def __init__(self, database: EmbeddedPostgres, ledger: Ledger, down_seconds: float) -> None:
+    def __init__(
+        self,
+        database: EmbeddedPostgres,
+        ledger: Ledger,
+        down_seconds: float,
+        gate: RestartGate | None = None,
+    ) -> None:
         self._database = database
         self._ledger = ledger
         self.down_seconds = down_seconds
+        self._gate = gate or RestartGate()  # the relay operations under way finish first
         self.window: tuple[float, float] | None = None  # epoch seconds: stop began, start done
         self.at_order: int | None = None
         self.errors: list[str] = []
@@ -199,16 +244,17 @@ class DatabaseRestart:
         return self._thread is None or not self._thread.is_alive()
 
     def _restart(self) -> None:
-        began = time.time()
-        try:
-            self._database.restart(self.down_seconds)
-        except (
-            StartupError,
-            OSError,
-            subprocess.SubprocessError,
-        ) as exc:  # reported with the run (harness errors), not raised here
-            self.errors.append(f"the order database did not restart: {exc!r}")
-        ended = time.time()
+        with self._gate.restart():
+            began = time.time()
+            try:
+                self._database.restart(self.down_seconds)
+            except (
+                StartupError,
+                OSError,
+                subprocess.SubprocessError,
+            ) as exc:  # reported with the run (harness errors), not raised here
+                self.errors.append(f"the order database did not restart: {exc!r}")
+            ended = time.time()
         self.window = (began, ended)
         self._ledger.append(
             DATABASE_RESTART,

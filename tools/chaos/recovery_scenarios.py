@@ -704,7 +704,7 @@ class ReplayWindow:
         """Nothing in the consumer queues, the duplicator or the capture queues, twice in a row."""
         sqs = run.stack.clients.sqs()
         urls = [run.stack.queue_url(q) for q in live.topology.consumer_queues]
-        urls += [*live.duplicator.delay_queue_urls, live.capture.queue_url, live.notifications.queue_url]
+        urls += [*live.duplicator.delay_queue_urls, *live.capture.queue_urls, *live.notifications.queue_urls]
         stable = 0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

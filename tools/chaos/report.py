@@ -132,6 +132,59 @@ def _postgres(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _operations(report: dict[str, Any]) -> list[str]:
+    """The relay operations (tools/chaos/relay_operations.py): the replays, each switch, the crashes."""
+    figures = report.get("relay_operations")
+    if not figures:
+        return []
+    lines = ["relay operations"]
+    for replay in figures["replays"]:
+        lag = replay["order_events_written_until_then"]
+        lags = " / ".join(str(lag["bus_capture_lag_seconds"].get(q)) for q in ("p50", "p99", "max"))
+        lines += [
+            _row(
+                f"{replay['label']} at order {replay['at_order']}: events replayed",
+                f"{replay['replayed']} (left out parked {replay['left_out_parked']}; pending "
+                f"{replay['left_out_pending']}" + (f"; {replay['error']}" if replay["error"] else "") + ")",
+            ),
+            _row(
+                "  answered (s); its set: rows at most, empty after (s)",
+                f"{replay['answered_seconds']} ({replay['still_pending_when_it_answered']} still pending); "
+                f"{replay['set_rows_peak']}, {replay['set_empty_seconds']}",
+            ),
+            _row("  every replayed event on the bus again after (s)", replay["all_back_on_the_bus_seconds"]),
+            _row(
+                "  order events written meanwhile: lag p50/p99/max",
+                f"{lag['events']}: {lags} s",
+            ),
+        ]
+    for switch in figures["switches"]:
+        handed = switch["rows_handed_over"]
+        met = switch["replay_set_rows_at_start"]
+        lines.append(
+            _row(
+                f"switch {switch['label']} at order {switch['due_at_order'] + 1}",
+                f"{switch['status'] or 'no answer'} in {switch['seconds']} s"
+                + (
+                    f" at deploy {switch['attempts']} ({len(switch['failed'])} FAILED, rolled back)"
+                    if switch["failed"]
+                    else ""
+                )
+                + (f", {handed} rows handed over" if handed is not None else "")
+                + (f" (a replay set held {met} rows)" if met else ""),
+            )
+        )
+    for point, fates in figures["crashes_around_switch_steps"].items():
+        lines.append(
+            _row(f"  publisher crash {point}", ", ".join(f"{n} {fate}" for fate, n in fates.items()))
+        )
+    for kind, by_set in figures["crashes_around_replay_sets"].items():
+        lines.append(_row(f"  {kind}", ", ".join(f"{n} ({k})" for k, n in by_set.items()) or "0"))
+    for error in figures["errors"]:
+        lines.append(_row("harness error", error))
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     summary = report["summary"]
     timings = report["timings"]
@@ -199,6 +252,7 @@ def render(report: dict[str, Any]) -> str:
         _row("relay DLQ (must stay empty)", summary["relay_dlq"]),
         _row("consumer DLQs", summary["consumer_dlqs"]),
         *_postgres(report),
+        *_operations(report),
     ]
     for name, check in report["invariants"].items():
         mark = "ok  " if check["ok"] else "FAIL"
