@@ -24,17 +24,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.poison_queue import PoisonQueue
-from shop.adapters.postgres.outbox import RelayModeMismatch
-from shop.adapters.postgres.replication import slot_name
+from shop.adapters.postgres.outbox import OutboxRow, RelayModeMismatch
 from shop.adapters.postgres.slot_recovery import RUNBOOK, ReplicationSlotLost
 from shop.runtime import invocation
 from shop.runtime.config import get_settings
-from shop.runtime.logical_relay import relay_slot_round
 from shop.runtime.observability import logger, metrics, tracer
-from shop.runtime.outbox_publishing import log_published
-from shop.runtime.polling_publisher import RoundOutcome, poll_outbox, publish_pending_round
+from shop.runtime.outbox_publishing import PublishOutcome, log_published
+from shop.runtime.polling_publisher import poll_outbox
+from shop.runtime.wiring import postgres_relay
 from shop.runtime.wiring import relay as wiring
-from shop.runtime.wiring.order_database import order_database
 
 
 @cache
@@ -47,25 +45,8 @@ def poison_queue() -> PoisonQueue:
     return wiring.poison_queue(get_settings())
 
 
-def publish_round() -> RoundOutcome:
-    settings = get_settings()
-    if settings.postgres_relay == "logical":
-        outcome = relay_slot_round(
-            order_database(settings),
-            event_publisher(),
-            poison_queue(),
-            slot=slot_name(settings.database_name),
-            max_event_bytes=settings.max_event_bytes,
-            remaining_seconds=invocation.seconds_left,
-        )
-    else:
-        outcome = publish_pending_round(
-            order_database(settings),
-            event_publisher(),
-            poison_queue(),
-            max_event_bytes=settings.max_event_bytes,
-            remaining_seconds=invocation.seconds_left,
-        )
+def publish_round() -> PublishOutcome[OutboxRow]:
+    outcome = postgres_relay.publish_round(get_settings(), event_publisher(), poison_queue())
     log_published(entry for _, entry in outcome.published)
     return outcome
 

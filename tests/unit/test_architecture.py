@@ -3,7 +3,10 @@ TYPE_CHECKING blocks too, relative ones resolved) of every module.
 
     shop.domain    the standard library and shop.domain only (so never boto3, botocore, Powertools,
                    shop.adapters or shop.runtime)
-    shop.adapters  never shop.runtime
+    shop.adapters  never shop.runtime; shop.adapters.postgres none of the other adapters (the DynamoDB
+                   ones among them): the two stores stand side by side on the domain
+    shop.runtime   no SQL (shop.adapters.postgres holds it), and the logical relay shares the publishing
+                   core (shop.runtime.outbox_publishing), not the polling publisher's module
     operations     imported only by operations/, tools/ and the tests that exercise it: no shipped code
                    (the layer, the functions) and no other code depends on operator commands
     tests/unit     the product's unit tests stand alone: of tools/ they import only the template reader
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,6 +50,8 @@ PRODUCT_TEST_TOOLS = {
     "tools.iam": ("tools.template",),
     "tools.local.services.embedded_postgres": (),
 }
+# A statement in a string literal: what only shop.adapters.postgres may hold.
+SQL = re.compile(r"\b(SELECT|UPDATE|INSERT INTO|DELETE FROM|SET LOCAL|LOCK TABLE)\b")
 NOT_PROJECT_CODE = {".venv", ".venv-scan", ".aws-sam", ".mutation", "node_modules", ".git"}
 
 
@@ -114,6 +120,14 @@ def adapters_may_not_import(name: str) -> bool:
     return within(name, "shop.runtime")
 
 
+def postgres_adapter_may_not_import(name: str) -> bool:
+    return (
+        within(name, "shop.adapters")
+        and name != "shop.adapters"
+        and not within(name, "shop.adapters.postgres")
+    )
+
+
 def product_tests_may_not_import(name: str) -> bool:
     if within(name, "tools"):
         return name != "tools" and not any(within(name, allowed) for allowed in PRODUCT_TEST_TOOLS)
@@ -169,6 +183,49 @@ def test_adapters_never_import_the_runtime():
     files = python_files(SHOP / "adapters")
     assert len(files) >= 10
     assert violations(files, SHOP.parent, adapters_may_not_import) == []
+
+
+def test_the_postgres_adapter_imports_none_of_the_other_adapters():
+    files = python_files(SHOP / "adapters" / "postgres")
+    assert len(files) >= 10
+    assert violations(files, SHOP.parent, postgres_adapter_may_not_import) == []
+
+
+def test_the_logical_relay_imports_nothing_of_the_polling_publisher():
+    files = [SHOP / "runtime" / "logical_relay.py"]
+    assert "shop.runtime.outbox_publishing" in set(imports(files[0], SHOP.parent))
+    assert violations(files, SHOP.parent, lambda name: within(name, "shop.runtime.polling_publisher")) == []
+
+
+def sql_in(path: Path) -> list[str]:
+    """What of `path` holds SQL: string literals spelling a statement (docstrings, which only describe
+    them, aside), and calls of a cursor's execute."""
+    tree = ast.parse(path.read_text())
+    prose = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    found = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in prose
+        and SQL.search(node.value)
+    ]
+    found += [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"execute", "executemany"}
+    ]
+    return found
+
+
+def test_no_runtime_module_holds_sql():
+    files = python_files(SHOP / "runtime")
+    assert len(files) >= 15
+    held = {str(path.relative_to(SHOP)): found for path in files if (found := sql_in(path))}
+    assert held == {}
+    assert sql_in(SHOP / "adapters" / "postgres" / "outbox.py")  # where it is, it finds it
 
 
 def test_only_operator_code_tools_and_their_tests_import_operations():
@@ -295,6 +352,43 @@ def test_an_adapter_importing_the_runtime_is_caught(package: Path, statement: st
     module.write_text(f"import boto3\nfrom shop.domain.orders import Order\n{statement}\n")
 
     assert violations([module], package, adapters_may_not_import) != []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from shop.adapters.outbox_items import TraceHeader",
+        "from shop.adapters import keys",
+        "from ..dynamo import transact",
+        "def later():\n    import shop.adapters.order_repository",
+    ],
+)
+def test_the_postgres_adapter_importing_another_adapter_is_caught(package: Path, statement: str):
+    (package / "shop" / "adapters" / "postgres").mkdir()
+    module = package / "shop" / "adapters" / "postgres" / "store.py"
+    module.write_text(
+        f"import psycopg\nfrom shop.adapters.postgres.connection import Database\n{statement}\n"
+    )
+
+    assert violations([module], package, postgres_adapter_may_not_import) != []
+
+
+@pytest.mark.parametrize(
+    ("source", "holds_sql"),
+    [
+        ('"""Claims rows FOR UPDATE SKIP LOCKED (described, not run)."""\nX = "published"\n', False),
+        ('def f(cursor):\n    """SELECT, in prose."""\n    return "UPDATEd"\n', False),
+        ('QUERY = "SELECT 1"\n', True),
+        ('def f(cursor, ms):\n    cursor.execute(f"SET LOCAL statement_timeout = {ms}")\n', True),
+        ("def f(cursor, query):\n    cursor.execute(query)\n", True),
+        ('DELETE = """\nDELETE FROM outbox WHERE position = %s\n"""\n', True),
+    ],
+)
+def test_sql_in_a_module_is_found_and_prose_about_it_is_not(tmp_path: Path, source: str, holds_sql: bool):
+    module = tmp_path / "relay.py"
+    module.write_text(source)
+
+    assert bool(sql_in(module)) is holds_sql
 
 
 def product_test_module(root: Path, relative: str, statement: str) -> Path:

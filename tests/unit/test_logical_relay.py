@@ -12,13 +12,13 @@ import pytest
 
 from shop.adapters.postgres import replication
 from shop.adapters.postgres.connection import ConnectionSettings, Database
-from shop.adapters.postgres.outbox import insert_outbox_row
+from shop.adapters.postgres.outbox import OutboxRow, insert_outbox_row
 from shop.adapters.postgres.pgoutput import parse_lsn
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import ServiceBusy
 from shop.runtime import logical_relay
 from shop.runtime.logical_relay import relay_slot_round
-from shop.runtime.polling_publisher import RoundOutcome
+from shop.runtime.outbox_publishing import PublishOutcome
 from tests.support.postgres import connect, place_orders, use_logical_relay, use_polling_relay
 from tests.support.publishing import (
     SETTINGS,
@@ -41,7 +41,9 @@ def slot(order_database: ConnectionSettings) -> Iterator[str]:
     use_polling_relay(order_database, SLOT)
 
 
-def relay_round(database: Database, sink: ListSink | None = None, max_changes: int = 500) -> RoundOutcome:
+def relay_round(
+    database: Database, sink: ListSink | None = None, max_changes: int = 500
+) -> PublishOutcome[OutboxRow]:
     return relay_slot_round(
         database,
         publisher(),
@@ -55,8 +57,8 @@ def relay_round(database: Database, sink: ListSink | None = None, max_changes: i
 def drain(database: Database, sink: ListSink | None = None, max_changes: int = 500) -> int:
     """Rounds until one reads nothing and says nothing more is ready; how many rounds read something."""
     rounds = 0
-    while (outcome := relay_round(database, sink, max_changes)).claimed or outcome.backlog:
-        rounds += 1 if outcome.claimed else 0
+    while (outcome := relay_round(database, sink, max_changes)).taken or outcome.backlog:
+        rounds += 1 if outcome.taken else 0
     return rounds
 
 
@@ -206,7 +208,7 @@ def test_a_crash_before_put_events_leaves_the_slot_where_it_was(
         raise RuntimeError("the relay crashed after reading the slot, before PutEvents")
 
     with monkeypatch.context() as patch:
-        patch.setattr(logical_relay, "publish_rows", crash)
+        patch.setattr(logical_relay, "publish_and_park", crash)
         with pytest.raises(RuntimeError):
             relay_round(database)
 
@@ -301,9 +303,9 @@ def test_one_relay_reads_the_slot_at_a_time(
     with connect(order_database) as other, other.transaction(), other.cursor() as cursor:
         assert replication.try_lock_slot(cursor, SLOT)  # another relay's round in progress
 
-        assert relay_round(database).claimed == 0
+        assert relay_round(database).taken == 0
 
-    assert relay_round(database).claimed == 3
+    assert relay_round(database).taken == 3
 
 
 def test_writes_without_outbox_rows_do_not_hold_wal_in_the_slot(
@@ -393,7 +395,7 @@ def write_in_own_transaction(settings: ConnectionSettings, *events: CloudEvent) 
         write_events(connection, list(events))
 
 
-def published_in(outcome: RoundOutcome) -> list[tuple[str, int]]:
+def published_in(outcome: PublishOutcome[OutboxRow]) -> list[tuple[str, int]]:
     return [(row.aggregate_id, row.sequence) for row, _ in outcome.published]
 
 
@@ -450,7 +452,7 @@ def test_a_row_read_again_after_its_parked_mark_committed_is_not_parked_or_publi
     assert (again.parked, published_in(again)) == ([], [("order-p", 2)])
     assert [record.image["eventId"] for record in sink.parked] == ["poison-7"]  # parked once
     assert pending_in_slot(order_database) == 0  # past the parked row and the event
-    assert relay_round(database, sink).claimed == 0
+    assert relay_round(database, sink).taken == 0
     assert recording_bus.sequences_by_order() == {"order-p": [2]}
     with connect(order_database) as connection:
         parked = connection.execute("SELECT event_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
@@ -518,8 +520,8 @@ def test_a_replay_larger_than_a_round_goes_out_across_rounds_while_later_events_
     write_orders(order_database, 5, sequence=2)  # after the replay: in the slot behind its message
     recording_bus.accepted.clear()
 
-    rounds: list[RoundOutcome] = []
-    while (outcome := relay_slot_round(**round_options(database), set_rows=8)).claimed or outcome.backlog:
+    rounds: list[PublishOutcome[OutboxRow]] = []
+    while (outcome := relay_slot_round(**round_options(database), set_rows=8)).taken or outcome.backlog:
         rounds.append(outcome)
         assert len(rounds) < 20
 
@@ -566,7 +568,7 @@ def test_a_replay_longer_than_an_invocation_completes_and_the_slot_moves_on(
         invocations += 1
         recording_bus.crash_after_calls = recording_bus.calls + 25  # the invocation's time runs out there
         try:
-            while (outcome := relay_slot_round(**round_options(database))).claimed or outcome.backlog:
+            while (outcome := relay_slot_round(**round_options(database))).taken or outcome.backlog:
                 pass
         except RuntimeError:
             continue  # died mid-round: the next invocation starts from what the earlier rounds committed
@@ -593,7 +595,7 @@ def test_a_transaction_larger_than_a_round_is_recorded_as_a_set_and_drained_acro
     write_orders(order_database, 4, sequence=2)
 
     rounds = []
-    while (outcome := relay_slot_round(**round_options(database), set_rows=60)).claimed or outcome.backlog:
+    while (outcome := relay_slot_round(**round_options(database), set_rows=60)).taken or outcome.backlog:
         rounds.append(len(outcome.published))
         assert len(rounds) < 20
 
@@ -645,7 +647,7 @@ def test_a_replayed_row_parked_leaves_its_set_in_the_transaction_of_its_parked_m
     with connect(order_database) as connection:  # broken since it was first published
         connection.execute("UPDATE outbox SET envelope = '[]' WHERE aggregate_id = 'o-0001'")
     drain_one = relay_slot_round(**round_options(database))  # reads the message: activates the set
-    assert drain_one.claimed == 0
+    assert drain_one.taken == 0
     sink = ListSink()
 
     def crash(*args: Any) -> bool:
@@ -722,7 +724,7 @@ def test_a_read_of_the_slot_past_its_time_ends_the_round_and_the_next_reads_a_sm
         patch.setattr(logical_relay, "MIN_READ_SECONDS", 0.001)
         outcome = relay_slot_round(**round_options(database), round_seconds=0.0)
 
-    assert (outcome.claimed, outcome.backlog) == (0, True)
+    assert (outcome.taken, outcome.backlog) == (0, True)
     assert confirmed_lsn(order_database) == before
     assert logical_relay._windows[SLOT] == logical_relay.WINDOW_BYTES // 2
     drain(database)
@@ -744,9 +746,7 @@ def test_a_replay_never_overtakes_an_earlier_event_of_its_order_still_in_the_slo
     replay_order_store(database, Settings.from_env({}), {"eventIds": [event("order-r", 2).id]}, lambda: 0.0)
 
     rounds = 0
-    while (
-        outcome := relay_slot_round(**round_options(database), window_bytes=64)
-    ).claimed or outcome.backlog:
+    while (outcome := relay_slot_round(**round_options(database), window_bytes=64)).taken or outcome.backlog:
         rounds += 1
         assert rounds < 200
 
@@ -795,7 +795,7 @@ def test_a_round_stops_publishing_when_its_share_of_the_invocation_is_used(
     rounds = []
     while (
         outcome := relay_slot_round(**round_options(database), round_seconds=0.0, slice_rows=10)
-    ).claimed or outcome.backlog:
+    ).taken or outcome.backlog:
         rounds.append((len(outcome.published), outcome.backlog))
         assert len(rounds) < 10
 

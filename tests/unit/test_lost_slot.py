@@ -84,7 +84,7 @@ def relay_round(database: Database, sink: ListSink | None = None) -> Any:
 
 
 def drain(database: Database) -> None:
-    while (outcome := relay_round(database)).claimed or outcome.backlog:
+    while (outcome := relay_round(database)).taken or outcome.backlog:
         pass
 
 

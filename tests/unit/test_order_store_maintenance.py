@@ -146,7 +146,7 @@ def test_with_the_logical_relay_retention_reads_created_at_and_health_reads_the_
         assert waiting.slot.retained_bytes > 0
         while relay_slot_round(
             database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
-        ).claimed:
+        ).taken:
             pass
 
         caught_up = maintain_order_store(database, settings, lambda: 60.0)
@@ -257,7 +257,7 @@ def test_rows_a_replay_set_still_names_age_the_logical_relays_oldest_pending_fro
         place(database, 2)
         while relay_slot_round(
             database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
-        ).claimed:
+        ).taken:
             pass
         with connect(order_database) as connection:
             for activated, finished in (("10 minutes", None), ("1 hour", "1 minute")):

@@ -220,7 +220,7 @@ def test_with_the_logical_relay_a_replay_goes_through_the_slot_and_completes_onc
         def relay_until_idle() -> None:
             while relay_slot_round(
                 relay_database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
-            ).claimed:
+            ).taken:
                 pass
 
         relay_until_idle()
@@ -270,7 +270,7 @@ def test_with_the_logical_relay_a_row_a_pending_replay_names_outlives_retention_
             outcome := relay_slot_round(
                 database, publisher(), ListSink(), slot=slot, max_event_bytes=SETTINGS.max_event_bytes
             )
-        ).claimed or outcome.backlog:
+        ).taken or outcome.backlog:
             pass
 
     try:

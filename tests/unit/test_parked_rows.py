@@ -71,7 +71,7 @@ def publish_round(relay: str, database: Database, sink: ListSink) -> Any:
 
 
 def drain(relay: str, database: Database, sink: ListSink) -> None:
-    while (outcome := publish_round(relay, database, sink)).claimed or outcome.backlog:
+    while (outcome := publish_round(relay, database, sink)).taken or outcome.backlog:
         pass
 
 

@@ -13,14 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from shop.adapters.postgres.connection import ConnectionSettings, Database
-from shop.adapters.postgres.outbox import claim_pending, mark_published
+from shop.adapters.postgres.outbox import OutboxRow, claim_pending, mark_published
 from shop.domain.errors import ServiceBusy
-from shop.runtime.polling_publisher import (
-    RESERVE_SECONDS,
-    RoundOutcome,
-    poll_outbox,
-    publish_pending_round,
-)
+from shop.runtime.outbox_publishing import PublishOutcome
+from shop.runtime.polling_publisher import RESERVE_SECONDS, poll_outbox, publish_pending_round
 from tests.support.postgres import connect, place_orders
 from tests.support.publishing import (
     SETTINGS,
@@ -32,7 +28,9 @@ from tests.support.publishing import (
 )
 
 
-def run_round(database: Database, sink: ListSink | None = None, max_orders: int = 50) -> RoundOutcome:
+def run_round(
+    database: Database, sink: ListSink | None = None, max_orders: int = 50
+) -> PublishOutcome[OutboxRow]:
     return publish_pending_round(
         database,
         publisher(),
@@ -77,7 +75,7 @@ def test_publishers_running_at_once_keep_each_orders_sequence_on_the_bus(
             idle_rounds = 0
             while idle_rounds < 3:
                 outcome = run_round(own, max_orders=7)
-                idle_rounds = idle_rounds + 1 if writers_done.is_set() and not outcome.claimed else 0
+                idle_rounds = idle_rounds + 1 if writers_done.is_set() and not outcome.taken else 0
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
         finally:
@@ -246,7 +244,7 @@ def test_a_parked_row_is_never_claimed_again_nor_takes_another_orders_place(
     advance(database, [poisoned])  # the parked row's order moves on: sequence 2, pending
 
     rounds = []
-    while (outcome := run_round(database, sink, max_orders=1)).claimed:
+    while (outcome := run_round(database, sink, max_orders=1)).taken:
         rounds.append(outcome)
         assert len(rounds) <= 2, "more rounds than pending orders"
 
@@ -258,7 +256,7 @@ def test_a_parked_row_is_never_claimed_again_nor_takes_another_orders_place(
     assert recording_bus.sequences_by_order() == {healthy: [1], poisoned: [2]}
     assert [record.image["sequence"] for record in sink.parked] == [1]  # parked once, in the first round
     assert pending_rows(order_database) == []
-    assert run_round(database, sink).claimed == 0  # nothing is left to claim, the parked row included
+    assert run_round(database, sink).taken == 0  # nothing is left to claim, the parked row included
 
 
 def test_when_the_poison_queue_fails_the_poison_row_and_its_orders_later_events_stay_pending(
@@ -301,12 +299,12 @@ def test_an_entry_the_bus_rejects_is_parked_and_its_order_moves_on(
 def test_the_loop_polls_until_the_invocations_last_seconds_and_rides_out_a_database_outage():
     clock = iter([30.0, 20.0, 10.0, RESERVE_SECONDS + 0.5, RESERVE_SECONDS])
     pauses: list[float] = []
-    rounds: Iterator[RoundOutcome | ServiceBusy] = iter(
-        [ServiceBusy("down"), RoundOutcome(claimed=3), RoundOutcome()]
+    rounds: Iterator[PublishOutcome[OutboxRow] | ServiceBusy] = iter(
+        [ServiceBusy("down"), PublishOutcome[OutboxRow](taken=3), PublishOutcome[OutboxRow]()]
     )
 
-    def next_round() -> RoundOutcome:
-        outcome = next(rounds, RoundOutcome())
+    def next_round() -> PublishOutcome[OutboxRow]:
+        outcome = next(rounds, PublishOutcome[OutboxRow]())
         if isinstance(outcome, ServiceBusy):
             raise outcome
         return outcome

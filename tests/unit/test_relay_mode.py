@@ -53,14 +53,14 @@ def drain_logical(database: Database) -> None:
         outcome := relay_slot_round(
             database, publisher(), ListSink(), slot=SLOT, max_event_bytes=SETTINGS.max_event_bytes
         )
-    ).claimed or outcome.backlog:
+    ).taken or outcome.backlog:
         pass
 
 
 def drain_polling(database: Database) -> None:
     while publish_pending_round(
         database, publisher(), ListSink(), max_event_bytes=SETTINGS.max_event_bytes
-    ).claimed:
+    ).taken:
         pass
 
 
@@ -502,7 +502,7 @@ def test_a_poison_row_pending_at_a_switch_to_logical_is_parked_and_later_events_
         outcome := relay_slot_round(
             database, publisher(), sink, slot=SLOT, max_event_bytes=SETTINGS.max_event_bytes
         )
-    ).claimed or outcome.backlog:
+    ).taken or outcome.backlog:
         pass
 
     assert [record.image["eventId"] for record in sink.parked] == ["poison-h"]

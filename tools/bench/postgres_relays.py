@@ -34,6 +34,7 @@ from shop.adapters import aws
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
+from shop.adapters.postgres.outbox import OutboxRow
 from shop.adapters.postgres.relay_mode import switch_relay
 from shop.adapters.postgres.replication import slot_name
 from shop.adapters.postgres.schema import apply_migrations
@@ -41,13 +42,14 @@ from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.domain.poison import PoisonRecord
 from shop.runtime.config import Settings
 from shop.runtime.logical_relay import relay_slot_round
-from shop.runtime.polling_publisher import RoundOutcome, poll_outbox, publish_pending_round
+from shop.runtime.outbox_publishing import PublishOutcome
+from shop.runtime.polling_publisher import poll_outbox, publish_pending_round
 from tools.local.services.order_database import EmbeddedPostgres
 
 SETTINGS = Settings.from_env({})
 BUS = "bench-bus"
 RELAYS = ("polling", "logical")  # the template's PostgresRelay values
-RoundFunction = Callable[[Database], RoundOutcome]
+RoundFunction = Callable[[Database], PublishOutcome[OutboxRow]]
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -125,7 +127,7 @@ def _throughput(
     with _counted_statements() as statements, contextlib.redirect_stdout(io.StringIO()):
         while True:
             outcome = run_round(database)
-            if not outcome.claimed:
+            if not outcome.taken:
                 break
             assert outcome.left_pending == 0, "moto's bus took every entry"
             rounds += 1
@@ -152,7 +154,7 @@ def _lag(
     lags_ms: list[float] = []
     relay_database = Database(settings)  # the relay's own connection, as in Lambda
 
-    def timed_round() -> RoundOutcome:
+    def timed_round() -> PublishOutcome[OutboxRow]:
         outcome = run_round(relay_database)
         on_bus = datetime.now(UTC)
         lags_ms.extend(

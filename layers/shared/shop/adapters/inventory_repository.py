@@ -14,9 +14,10 @@ from shop.adapters.dynamo import (
     transact_write_items,
     unbounded,
 )
-from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_put
+from shop.adapters.outbox_items import OutboxSettings, outbox_put
 from shop.domain.envelope import CloudEvent
 from shop.domain.inventory import InsufficientStock, Reservation, ReservationChanged, ReservationStatus
+from shop.domain.tracing import TraceHeaderSource, no_trace_header
 
 
 def _reservation_attributes(reservation: Reservation) -> dict[str, Any]:
@@ -49,7 +50,7 @@ class DynamoInventoryRepository:
         self,
         settings: OutboxSettings,
         *,
-        trace_header: TraceHeader = no_trace_header,
+        trace_header: TraceHeaderSource = no_trace_header,
         seconds_left: SecondsLeft = unbounded,
     ) -> None:
         self._settings = settings

@@ -17,7 +17,7 @@ from shop.adapters.dynamo import (
     transact_write_items,
     unbounded,
 )
-from shop.adapters.outbox_items import OutboxSettings, TraceHeader, no_trace_header, outbox_put
+from shop.adapters.outbox_items import OutboxSettings, outbox_put
 from shop.domain.envelope import CloudEvent
 from shop.domain.orders import (
     Order,
@@ -30,6 +30,7 @@ from shop.domain.orders import (
     RequestRecord,
     VersionConflict,
 )
+from shop.domain.tracing import TraceHeaderSource, no_trace_header
 
 
 def _rejection_attribute(rejection: OrderRejection) -> dict[str, Any]:
@@ -122,7 +123,7 @@ class DynamoOrderRepository:
         self,
         settings: OrderTableSettings,
         *,
-        trace_header: TraceHeader = no_trace_header,
+        trace_header: TraceHeaderSource = no_trace_header,
         seconds_left: SecondsLeft = unbounded,
     ) -> None:
         self._settings = settings

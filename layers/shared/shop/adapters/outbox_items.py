@@ -19,7 +19,6 @@ event's source and time are in the envelope, which is all the relay, replay and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -31,13 +30,6 @@ from shop.domain.outbox import OutboxEntry, ensure_publishable, outbox_entry
 ENVELOPE = "envelope"
 TRACE_HEADER = "traceHeader"
 EXPIRES_AT = "expiresAt"
-
-TraceHeader = Callable[[], str | None]
-
-
-def no_trace_header() -> str | None:
-    """For writers outside Lambda (tools, tests): no invocation, so no trace to carry."""
-    return None
 
 
 class OutboxSettings(Protocol):

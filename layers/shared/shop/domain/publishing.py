@@ -4,7 +4,7 @@ the publisher interface (adapters.eventbridge implements it with PutEvents and s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,3 +71,15 @@ def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> li
     if start < len(entries):
         chunks.append(range(start, len(entries)))
     return chunks
+
+
+def interleave_orders[Event](events: Sequence[Event], order_of: Callable[[Event], Hashable]) -> list[Event]:
+    """Events regrouped so one PutEvents call carries up to ten orders: every order's first event, then
+    every order's second... Each order's events, and each rank's orders, keep the order given."""
+    nth: dict[Hashable, int] = {}
+    ranked = []
+    for index, event in enumerate(events):
+        order = order_of(event)
+        nth[order] = nth.get(order, -1) + 1
+        ranked.append(((nth[order], index), event))
+    return [event for _, event in sorted(ranked, key=lambda pair: pair[0])]

@@ -12,7 +12,18 @@ flags>`, flag 01 = sampled.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+# Asked at each outbox write for the X-Ray trace header the write carries (None: no trace); any store's
+# repository takes one.
+TraceHeaderSource = Callable[[], str | None]
+
+
+def no_trace_header() -> str | None:
+    """For writers outside Lambda (tools, tests): no invocation, so no trace to carry."""
+    return None
+
 
 _ROOT = re.compile(r"^1-([0-9a-f]{8})-([0-9a-f]{24})$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")

@@ -9,11 +9,11 @@ seconds):
    publication of the outbox's inserts; a rolled-back transaction never reaches the log's decoding),
    in a window of the log (so one read never decodes more WAL than its time allows, after an outage
    too; a read that still runs out of its time halves the window and ends the round);
-3. publish their rows with the polling publisher's code (chunks of 10, never two events of one order
-   in a call, each order in sequence; poison parked whole, and marked parked), a slice at a time, until
-   the round's time is up; with a chunk of the replay sets being drained (shop.adapters.postgres.replays:
-   replays, the handover from the polling publisher, transactions too large for a round), each row
-   leaving its set in the round's transaction;
+3. publish their rows with the relays' publishing core (shop.runtime.outbox_publishing: chunks of 10,
+   never two events of one order in a call, each order in sequence; poison parked whole, and marked
+   parked), a slice at a time, until the round's time is up; with a chunk of the replay sets being
+   drained (shop.adapters.postgres.replays: replays, the handover from the polling publisher,
+   transactions too large for a round), each row leaving its set in the round's transaction;
 4. advance the slot to the end of the last transaction whose every row is on the bus or parked (or,
    when everything is, to where the read went, which releases WAL that held no outbox rows).
 A crash before step 4 decodes the same transactions again: published again, in commit order, and
@@ -48,7 +48,7 @@ import psycopg
 from aws_lambda_powertools.metrics import MetricUnit
 
 from shop.adapters.postgres import replays
-from shop.adapters.postgres.connection import Database
+from shop.adapters.postgres.connection import Database, limit_statement_time
 from shop.adapters.postgres.outbox import OutboxRow, RelayModeMismatch, mark_parked, parked_among
 from shop.adapters.postgres.replication import (
     DecodedTransaction,
@@ -60,9 +60,9 @@ from shop.adapters.postgres.replication import (
 from shop.adapters.postgres.slot_recovery import ReplicationSlotLost, lost_slot_detected, read_slot_state
 from shop.domain.errors import ServiceBusy
 from shop.domain.poison import PoisonSink
-from shop.domain.publishing import OutboxPublisher
+from shop.domain.publishing import OutboxPublisher, interleave_orders
 from shop.runtime.observability import logger, metrics
-from shop.runtime.polling_publisher import RoundOutcome, publish_rows
+from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park
 
 MAX_CHANGES_PER_ROUND = 500  # pgoutput messages (a transaction's Begin, rows, Commit): whole transactions
 ROUND_SECONDS = 15.0  # a round's share of the invocation, at most (the publisher runs 70 s)
@@ -81,17 +81,6 @@ _windows: dict[str, int] = {}  # per slot: the window this process found its rea
 
 class _ReadTimedOut(Exception):
     """The slot's read ran past its share of the round."""
-
-
-def interleave_orders(rows: list[OutboxRow]) -> list[OutboxRow]:
-    """Commit order, regrouped so one PutEvents call carries up to ten orders: every order's first row in
-    the round, then every order's second... Each order's rows keep their commit order."""
-    nth: dict[str, int] = {}
-    ranked = []
-    for index, row in enumerate(rows):
-        nth[row.aggregate_id] = nth.get(row.aggregate_id, -1) + 1
-        ranked.append(((nth[row.aggregate_id], index), row))
-    return [row for _, row in sorted(ranked, key=lambda pair: pair[0])]
 
 
 def confirmed_position(
@@ -140,6 +129,10 @@ def _spills(transaction: DecodedTransaction, spill_rows: int) -> bool:
     return len(transaction.rows) > spill_rows or bool(transaction.replayed)
 
 
+def _order_of(row: OutboxRow) -> str:
+    return row.aggregate_id
+
+
 def _window(slot: str, fixed: int | None) -> int:
     return fixed if fixed is not None else _windows.get(slot, WINDOW_BYTES)
 
@@ -153,15 +146,15 @@ def _publish_within(
     seconds_left: Callable[[], float],
     slice_rows: int,
     on_parked: Callable[[OutboxRow, str], None],
-) -> tuple[RoundOutcome, bool]:
+) -> tuple[PublishOutcome[OutboxRow], bool]:
     """Publish `rows` a slice at a time while the round has time: always the first slice (a round makes
     progress), and none after a slice that left a row unpublished (nothing may overtake it). Returns the
     outcome and whether rows were left for lack of time."""
-    total = RoundOutcome()
+    total = PublishOutcome[OutboxRow]()
     for start in range(0, len(rows), slice_rows):
         if start and seconds_left() <= 0:
             return total, True
-        part, _ = publish_rows(
+        part, _ = publish_and_park(
             rows[start : start + slice_rows],
             publisher,
             poison_sink,
@@ -189,7 +182,7 @@ def relay_slot_round(
     spill_rows: int = SPILL_ROWS,
     slice_rows: int = SLICE_ROWS,
     window_bytes: int | None = None,
-) -> RoundOutcome:
+) -> PublishOutcome[OutboxRow]:
     """Read, publish and confirm one round of the slot's transactions and of the replay sets' rows.
     `window_bytes` fixes the window of the log a read decodes (default: adapted per slot)."""
     budget = max(min(round_seconds, remaining_seconds() - ROUND_RESERVE_SECONDS), 0.0)
@@ -203,7 +196,7 @@ def relay_slot_round(
     try:
         with database.transaction() as cursor:
             if not try_lock_slot(cursor, slot):
-                return RoundOutcome()  # another relay reads the slot: wait for its turn (an idle pause)
+                return PublishOutcome()  # another relay reads the slot: wait for its turn (an idle pause)
             state = read_relay_state(cursor, slot)
             if state.mode != "logical":
                 raise RelayModeMismatch("logical", state.mode)
@@ -214,7 +207,7 @@ def relay_slot_round(
             upto = state.flush_lsn
             if state.confirmed_lsn is not None:  # else the read below says what became of the slot
                 upto = min(upto, state.confirmed_lsn + window)
-            cursor.execute(f"SET LOCAL statement_timeout = {max(int(read_seconds * 1000), 1)}")
+            limit_statement_time(cursor, max(int(read_seconds * 1000), 1))
             read_started = time.monotonic()
             try:
                 with lost_slot_detected(cursor, slot):  # a lost slot: ReplicationSlotLost, saying what to do
@@ -253,7 +246,7 @@ def relay_slot_round(
             extra={"slot": slot, "window_bytes": _windows[slot], "read_seconds": read_seconds},
         )
         metrics.add_metric(name="SlotReadTimedOut", unit=MetricUnit.Count, value=1)
-        return RoundOutcome(backlog=True)
+        return PublishOutcome(backlog=True)
     if after is not None and (now is None or after > now):
         # The marks and activations are committed: past those transactions too, unless another relay took
         # the slot meanwhile (it reads them as done; advance_slot never moves the slot back). The database
@@ -277,7 +270,7 @@ def _round(
     set_rows: int,
     spill_rows: int,
     slice_rows: int,
-) -> tuple[RoundOutcome, int | None, int | None]:
+) -> tuple[PublishOutcome[OutboxRow], int | None, int | None]:
     """The round's work in its transaction; returns the outcome and where the slot may move after the
     COMMIT and before it."""
     if transactions and _spills(transactions[0], spill_rows):
@@ -287,7 +280,7 @@ def _round(
         positions = [row.position for row in head.rows] + head.replayed
         replays.record_set(cursor, positions, "spill", source_lsn=head.end_lsn, activated=True)
         metrics.add_metric(name="SlotTransactionsSpilled", unit=MetricUnit.Count, value=1)
-        return RoundOutcome(backlog=True), head.end_lsn, None
+        return PublishOutcome(backlog=True), head.end_lsn, None
     kept = transactions
     for index, transaction in enumerate(transactions):
         if _spills(transaction, spill_rows):  # the next round starts with it
@@ -314,8 +307,9 @@ def _round(
     # An order's rows pending in a set go before its rows in the slot; the sets' next chunk after both.
     ordered = interleave_orders(
         [each.row for each in earlier if not each.parked]
-        + [row for row in rows if row.position not in already_parked]
-    ) + interleave_orders([each.row for each in chunk if not each.parked])
+        + [row for row in rows if row.position not in already_parked],
+        _order_of,
+    ) + interleave_orders([each.row for each in chunk if not each.parked], _order_of)
     outcome, out_of_time = _publish_within(
         ordered,
         publisher,

@@ -39,7 +39,7 @@ from typing import Any
 
 import psycopg
 
-from shop.adapters.postgres.connection import Database
+from shop.adapters.postgres.connection import Database, limit_lock_wait, limit_statement_time
 from shop.adapters.postgres.replication import (
     advance_slot,
     lock_slot_for_session,
@@ -244,7 +244,7 @@ def _execute(
         report.done.append(f"recorded the recovery of {slot}, republishing from {report.since}")
         step = "keep the relay off the slot"
         with database.transaction() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = {LOCK_WAIT_SECONDS * 1000}")
+            limit_lock_wait(cursor, LOCK_WAIT_SECONDS * 1000)
             lock_slot_for_session(cursor, slot)
         locked = True
         report.done.append("holding the relay's lock")
@@ -262,13 +262,13 @@ def _execute(
             if read_slot_state(cursor, slot).exists:
                 report.done.append(f"slot {slot} exists already (created by an earlier run)")
             else:
-                cursor.execute(f"SET LOCAL statement_timeout = {_milliseconds_for(seconds_left)}")
+                limit_statement_time(cursor, _milliseconds_for(seconds_left))
                 create_slot(cursor, slot)
                 report.done.append(f"created slot {slot}")
         step = "hand the gap to the relay"
         with database.transaction() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = {LOCK_WAIT_SECONDS * 1000}")
-            cursor.execute(f"SET LOCAL statement_timeout = {_milliseconds_for(seconds_left)}")
+            limit_lock_wait(cursor, LOCK_WAIT_SECONDS * 1000)
+            limit_statement_time(cursor, _milliseconds_for(seconds_left))
             gap_set = start_gap_set(cursor, since=since, horizon=horizon)
             handover = hand_over_gap(
                 cursor,

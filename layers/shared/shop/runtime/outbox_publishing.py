@@ -1,17 +1,76 @@
-"""What the stream relay and the PostgreSQL polling publisher do alike around PutEvents: park a poison
-record in the poison queue (or say the queue is unavailable, so the caller keeps the record and waits,
-in order), and log each event put on the bus."""
+"""The publishing core of the three relays: outbox events in (rows of the PostgreSQL outbox, records of a
+table stream), on the bus, parked or left pending out. The relays differ only in where the events come
+from and how they record progress (the stream relay's checkpoint, the polling publisher's row marks, the
+logical relay's slot advance).
+
+- publish_and_park: events in per-order publishing order; poison parked whole at once (an order whose
+  poison could not be parked holds back its later events), the rest published in order;
+- publish_entries: one run of decoded entries onto the bus, an entry the bus refuses for what it is
+  parked (or, when the poison queue fails, the run stops there);
+- park_poison: a poison record into the poison queue, or False when the queue is unavailable (the caller
+  keeps the record and waits, in order);
+- record_metrics, publish_lags, log_published: what each relay reports of its rounds.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
+from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord, PoisonSink
+from shop.domain.publishing import OutboxPublisher, PublishResult
 from shop.runtime.observability import logger, metrics
+
+
+class Parkable(Protocol):
+    """An outbox event where it comes from, as the poison queue takes it whole."""
+
+    def poison_record(self, problem: InvalidEnvelope) -> PoisonRecord: ...
+
+
+class OrderedOutboxEvent(Parkable, Protocol):
+    """An outbox event that knows its order and its entry (a row of the PostgreSQL outbox)."""
+
+    @property
+    def aggregate_id(self) -> str: ...
+
+    def entry(self, max_event_bytes: int) -> OutboxEntry: ...
+
+
+@dataclass
+class PublishOutcome[Source]:
+    """What publishing did with the events it took: each published one with where it came from, the parked
+    ones, and (the rest) those left pending."""
+
+    taken: int = 0
+    published: list[tuple[Source, OutboxEntry]] = field(default_factory=list)
+    parked: list[PoisonRecord] = field(default_factory=list)
+    put_events_calls: int = 0
+    failures_by_code: dict[str, int] = field(default_factory=dict)
+    # More is ready than the round took (its share of the invocation, a window of the log, a spilled
+    # transaction): the next round starts at once, without the idle pause.
+    backlog: bool = False
+
+    def add(self, other: PublishOutcome[Source]) -> None:
+        """Count another slice of the same round into this one."""
+        self.taken += other.taken
+        self.published.extend(other.published)
+        self.parked.extend(other.parked)
+        self.put_events_calls += other.put_events_calls
+        for code, count in other.failures_by_code.items():
+            self.failures_by_code[code] = self.failures_by_code.get(code, 0) + count
+
+    @property
+    def left_pending(self) -> int:
+        """Events taken, neither published nor parked: the next round takes them again."""
+        return self.taken - len(self.published) - len(self.parked)
 
 
 def park_poison(record: PoisonRecord, sink: PoisonSink) -> bool:
@@ -33,6 +92,110 @@ def park_poison(record: PoisonRecord, sink: PoisonSink) -> bool:
     logger.error("poison outbox record", extra={**extra, "action": "parked in the poison queue"})
     metrics.add_metric(name="PoisonRecords", unit=MetricUnit.Count, value=1)
     return True
+
+
+def _ignore_parked[Source](source: Source, reason: str) -> None:
+    return None
+
+
+def publish_entries[Source: Parkable](
+    batch: Sequence[tuple[Source, OutboxEntry]],
+    publisher: OutboxPublisher,
+    poison_sink: PoisonSink,
+    outcome: PublishOutcome[Source],
+    *,
+    remaining_seconds: Callable[[], float],
+    on_parked: Callable[[Source, str], None] = _ignore_parked,
+) -> PublishResult:
+    """Publish the batch's entries in order, counting into `outcome`; an entry the bus rejects for what it
+    is is parked whole. Returns the publisher's result: its first_unpublished is the position in `batch`
+    publishing stopped at."""
+
+    def park_rejected(position: int, code: str, message: str) -> bool:
+        source = batch[position][0]
+        record = source.poison_record(
+            InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
+        )
+        if not park_poison(record, poison_sink):
+            return False
+        on_parked(source, record.reason)
+        outcome.parked.append(record)
+        return True
+
+    result = publisher.publish_in_order([entry for _, entry in batch], remaining_seconds, park_rejected)
+    outcome.put_events_calls += result.calls
+    for code, count in result.failures_by_code.items():
+        outcome.failures_by_code[code] = outcome.failures_by_code.get(code, 0) + count
+    outcome.published.extend(batch[position] for position in sorted(result.accepted_positions))
+    return result
+
+
+def publish_and_park[Source: OrderedOutboxEvent](
+    events: Sequence[Source],
+    publisher: OutboxPublisher,
+    poison_sink: PoisonSink,
+    *,
+    max_event_bytes: int,
+    remaining_seconds: Callable[[], float],
+    on_parked: Callable[[Source, str], None],
+) -> tuple[PublishOutcome[Source], tuple[Source, str] | None]:
+    """Publish events given in publishing order (each order's events in sequence), parking poison whole.
+    Returns the outcome and, when publishing stopped at a failure, the event it stopped at with the error
+    (it and its order's later events are not on the bus; other orders' events after it may be)."""
+    outcome = PublishOutcome[Source](taken=len(events))
+    held_back: set[str] = set()  # orders whose earlier event could not be parked
+    batch: list[tuple[Source, OutboxEntry]] = []
+    for event in events:
+        if event.aggregate_id in held_back:
+            continue
+        try:
+            batch.append((event, event.entry(max_event_bytes)))
+            continue
+        except InvalidEnvelope as exc:
+            record = event.poison_record(exc)
+        if park_poison(record, poison_sink):
+            on_parked(event, record.reason)
+            outcome.parked.append(record)
+        else:
+            held_back.add(event.aggregate_id)
+    result = publish_entries(
+        batch, publisher, poison_sink, outcome, remaining_seconds=remaining_seconds, on_parked=on_parked
+    )
+    if result.first_unpublished is None:
+        return outcome, None
+    failed, failed_entry = batch[result.first_unpublished]
+    error = ", ".join(f"{code} x{count}" for code, count in result.failures_by_code.items())
+    logger.warning(
+        "publish failed; the event and its order's later events wait, in order",
+        extra={
+            "event_id": failed_entry.event_id,
+            "correlation_id": failed_entry.correlation_id,
+            "failures_by_code": result.failures_by_code,
+        },
+    )
+    return outcome, (failed, error or "not published")
+
+
+def record_metrics[Source](outcome: PublishOutcome[Source], *, batch_size: int | None = None) -> None:
+    """The round's figures: its size (when given), what it published and how. Each relay then records
+    its lag metric from publish_lags, under its own name."""
+    if batch_size is not None:
+        metrics.add_metric(name="BatchSize", unit=MetricUnit.Count, value=batch_size)
+    metrics.add_metric(name="EventsPublished", unit=MetricUnit.Count, value=len(outcome.published))
+    metrics.add_metric(name="PutEventsCalls", unit=MetricUnit.Count, value=outcome.put_events_calls)
+    for code, count in outcome.failures_by_code.items():
+        metrics.add_metric(name=f"PublishFailed.{code}", unit=MetricUnit.Count, value=count)
+
+
+def publish_lags[Source](
+    outcome: PublishOutcome[Source], since: Callable[[Source, OutboxEntry], datetime]
+) -> list[float]:
+    """Milliseconds from `since` (an event's commit, or its occurrence) to now, per published event."""
+    published_at = datetime.now(UTC)
+    return [
+        max((published_at - since(source, entry)).total_seconds() * 1000, 0.0)
+        for source, entry in outcome.published[:100]  # EMF holds at most 100 values per metric
+    ]
 
 
 def log_published(entries: Iterable[OutboxEntry]) -> None:

@@ -20,8 +20,8 @@ the retry; consumers deduplicate them by event id.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -33,7 +33,13 @@ from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord, PoisonSink
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger, metrics
-from shop.runtime.outbox_publishing import park_poison
+from shop.runtime.outbox_publishing import (
+    PublishOutcome,
+    park_poison,
+    publish_entries,
+    publish_lags,
+    record_metrics,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +51,23 @@ class StreamChange:
     new_image: dict[str, Any] | None
     stream_arn: str | None = None
 
+    def poison_record(self, problem: InvalidEnvelope) -> PoisonRecord:
+        """The record parked whole, named by its place in the stream."""
+        assert self.new_image is not None
+        return PoisonRecord(
+            sequence_number=self.sequence_number,
+            event_id=event_id_of_image(self.new_image),
+            reason=problem.message,
+            details=problem.details,
+            image=self.new_image,
+            stream_arn=self.stream_arn,
+        )
+
 
 @dataclass
-class RelayOutcome:
-    published: list[OutboxEntry] = field(default_factory=list)
-    parked: list[PoisonRecord] = field(default_factory=list)
+class RelayOutcome(PublishOutcome[StreamChange]):
     skipped: int = 0
     checkpoint: str | None = None  # sequence number to retry from; None = whole batch done
-    put_events_calls: int = 0
-    failures_by_code: dict[str, int] = field(default_factory=dict)
 
 
 def relay_outbox_changes(
@@ -71,11 +85,12 @@ def relay_outbox_changes(
             outcome.skipped += 1  # foreign items, updates, TTL deletions: not ours to publish
             continue
         assert change.new_image is not None
+        outcome.taken += 1
         try:
             segment.append((position, decode_outbox_image(change.new_image, max_event_bytes)))
             continue
         except InvalidEnvelope as exc:
-            poison = _poison_record(change, exc)
+            poison = change.poison_record(exc)
         # Everything before the poison goes out first; nothing after it until it is parked.
         stop = _publish_segment(segment, changes, publisher, poison_sink, outcome, remaining_seconds)
         segment = []
@@ -89,8 +104,15 @@ def relay_outbox_changes(
         stop = _publish_segment(segment, changes, publisher, poison_sink, outcome, remaining_seconds)
     if stop is not None:
         outcome.checkpoint = changes[stop].sequence_number
-    _record_metrics(outcome)
+    record_metrics(outcome)
+    for lag in publish_lags(outcome, _occurred_at):
+        metrics.add_metric(name="RelayLag", unit=MetricUnit.Milliseconds, value=lag)
     return outcome
+
+
+def _occurred_at(change: StreamChange, entry: OutboxEntry) -> datetime:
+    # occurred_at was validated (RFC 3339 with an offset) when the entry was decoded.
+    return parse_time(entry.occurred_at)
 
 
 def _publish_segment(
@@ -104,22 +126,8 @@ def _publish_segment(
     """Publish a run of decodable entries; returns the position in `changes` to checkpoint at, if any."""
     if not segment:
         return None
-    entries = [entry for _, entry in segment]
-
-    def park_rejected(entry_position: int, code: str, message: str) -> bool:
-        change = changes[segment[entry_position][0]]
-        refused = InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
-        record = _poison_record(change, refused)
-        if not park_poison(record, poison_sink):
-            return False
-        outcome.parked.append(record)
-        return True
-
-    result = publisher.publish_in_order(entries, remaining_seconds, on_rejected=park_rejected)
-    outcome.put_events_calls += result.calls
-    for code, count in result.failures_by_code.items():
-        outcome.failures_by_code[code] = outcome.failures_by_code.get(code, 0) + count
-    outcome.published.extend(entries[p] for p in sorted(result.accepted_positions))
+    batch = [(changes[position], entry) for position, entry in segment]
+    result = publish_entries(batch, publisher, poison_sink, outcome, remaining_seconds=remaining_seconds)
     if result.first_unpublished is None:
         return None
     stop, failed_entry = segment[result.first_unpublished]
@@ -133,27 +141,3 @@ def _publish_segment(
         },
     )
     return stop
-
-
-def _poison_record(change: StreamChange, exc: InvalidEnvelope) -> PoisonRecord:
-    assert change.new_image is not None
-    return PoisonRecord(
-        sequence_number=change.sequence_number,
-        event_id=event_id_of_image(change.new_image),
-        reason=exc.message,
-        details=exc.details,
-        image=change.new_image,
-        stream_arn=change.stream_arn,
-    )
-
-
-def _record_metrics(outcome: RelayOutcome) -> None:
-    metrics.add_metric(name="EventsPublished", unit=MetricUnit.Count, value=len(outcome.published))
-    metrics.add_metric(name="PutEventsCalls", unit=MetricUnit.Count, value=outcome.put_events_calls)
-    for code, count in outcome.failures_by_code.items():
-        metrics.add_metric(name=f"PublishFailed.{code}", unit=MetricUnit.Count, value=count)
-    published_at = datetime.now(UTC)
-    for entry in outcome.published[:100]:  # EMF holds at most 100 values per metric
-        # occurred_at was validated (RFC 3339 with an offset) when the entry was decoded.
-        lag = (published_at - parse_time(entry.occurred_at)).total_seconds() * 1000
-        metrics.add_metric(name="RelayLag", unit=MetricUnit.Milliseconds, value=max(lag, 0.0))

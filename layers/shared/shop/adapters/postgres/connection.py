@@ -59,6 +59,16 @@ def open_connection(settings: ConnectionSettings, *, refresh_password: bool = Fa
     )
 
 
+def limit_statement_time(cursor: psycopg.Cursor, milliseconds: int) -> None:
+    """For the rest of the cursor's transaction, a statement running longer is cancelled (QueryCanceled)."""
+    cursor.execute(f"SET LOCAL statement_timeout = {milliseconds}")
+
+
+def limit_lock_wait(cursor: psycopg.Cursor, milliseconds: int) -> None:
+    """For the rest of the cursor's transaction, a statement waiting longer for a lock fails."""
+    cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+
+
 class Database:
     def __init__(self, settings: ConnectionSettings) -> None:
         self._settings = settings

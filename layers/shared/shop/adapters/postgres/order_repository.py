@@ -8,7 +8,6 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shop.adapters.outbox_items import TraceHeader, no_trace_header
 from shop.adapters.postgres.connection import Database
 from shop.adapters.postgres.outbox import insert_outbox_row
 from shop.domain.envelope import CloudEvent, format_time, parse_time
@@ -23,6 +22,7 @@ from shop.domain.orders import (
     RequestRecord,
     VersionConflict,
 )
+from shop.domain.tracing import TraceHeaderSource, no_trace_header
 
 # A key whose record expired no longer binds: the new request takes it over.
 _TAKE_REQUEST_KEY = """
@@ -86,7 +86,7 @@ class PostgresOrderRepository:
         database: Database,
         settings: OrderDatabaseSettings,
         *,
-        trace_header: TraceHeader = no_trace_header,
+        trace_header: TraceHeaderSource = no_trace_header,
         inbox_consumer: str | None = None,
     ) -> None:
         self._database = database

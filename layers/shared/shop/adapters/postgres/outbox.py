@@ -22,7 +22,10 @@ from typing import Any
 import psycopg
 
 from shop.domain.envelope import CloudEvent
-from shop.domain.outbox import ensure_publishable
+from shop.domain.errors import InvalidEnvelope
+from shop.domain.outbox import OutboxEntry, ensure_publishable, outbox_entry
+from shop.domain.poison import PoisonRecord
+from shop.domain.publishing import interleave_orders
 
 _INSERT = """
 INSERT INTO outbox (event_id, aggregate_id, sequence, event_type, envelope, trace_header)
@@ -104,6 +107,20 @@ class OutboxRow:
     created_at: datetime
     attempts: int
 
+    def entry(self, max_event_bytes: int) -> OutboxEntry:
+        """The row's PutEvents entry, or InvalidEnvelope (poison)."""
+        return outbox_entry(self.envelope, max_event_bytes, self.trace_header)
+
+    def poison_record(self, problem: InvalidEnvelope) -> PoisonRecord:
+        """The row parked whole, named by its position in the outbox."""
+        return PoisonRecord(
+            sequence_number=str(self.position),
+            event_id=self.event_id,
+            reason=problem.message,
+            details={**problem.details, "outboxPosition": self.position},
+            image=self.as_item(),
+        )
+
     def as_item(self) -> dict[str, Any]:
         """The row as a poison queue message holds it (JSON)."""
         return {
@@ -143,12 +160,8 @@ def claim_pending(cursor: psycopg.Cursor[Any], max_orders: int) -> list[OutboxRo
     cursor.execute(_LOCK_ORDERS, (heads,))
     rows = [OutboxRow(*record) for record in cursor.fetchall()]  # by order, then sequence
     age = {aggregate_id: rank for rank, aggregate_id in enumerate(heads)}
-    nth: dict[str, int] = {}
-    ranked = []
-    for row in rows:
-        nth[row.aggregate_id] = nth.get(row.aggregate_id, -1) + 1
-        ranked.append(((nth[row.aggregate_id], age[row.aggregate_id]), row))
-    return [row for _, row in sorted(ranked, key=lambda pair: pair[0])]
+    oldest_order_first = sorted(rows, key=lambda row: age[row.aggregate_id])  # stable: sequence kept
+    return interleave_orders(oldest_order_first, lambda row: row.aggregate_id)
 
 
 def mark_published(cursor: psycopg.Cursor[Any], positions: list[int]) -> None:
