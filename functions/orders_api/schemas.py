@@ -2,8 +2,8 @@
 fields) and the routes' typed parameters. The one place these rules are declared.
 
 Not imported by the handler (its cold start would pay for pydantic), and the layer does not ship pydantic:
-this module runs in the development environment, where `python -m tools.chaos openapi` generates from it
-the OpenAPI document (tools/chaos/openapi.py, from `declare_routes`) and the JSON Schemas the handler
+this module runs in the development environment, where `make docs` generates from it
+the OpenAPI document (tools/docs/openapi.py, from `declare_routes`) and the JSON Schemas the handler
 validates requests with (request_schemas.json beside this file, from `request_schemas`; validation.py).
 tests/unit/test_request_validation.py checks that file against this module and the handler's verdicts
 against `CreateOrderRequest` on every edge of its rules and on a thousand generated bodies.

@@ -1,6 +1,6 @@
 """The order API's request checks: the contract's JSON Schemas, validated by jsonschema-rs.
 
-The contract is the pydantic model in schemas.py; `python -m tools.chaos openapi` exports its JSON Schemas
+The contract is the pydantic model in schemas.py; `make docs` exports its JSON Schemas
 to request_schemas.json, which is compiled here once per cold start (about 3 ms of CPU with the import,
 where pydantic cost the API 60 ms: docs/performance.md, Cold start). tests/unit/test_request_validation.py
 checks the file against the model and this module's verdicts against the model's on generated bodies.

@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 from tools.local.console.activity import Invocation
-from tools.local.pollers.stream_poller import item_lane
+from tools.local.pollers.stream_records import item_lane
 from tools.local.stack import LocalStack
 
 WITH_DDB = "https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html"
@@ -41,7 +41,7 @@ def items_across_lanes(partition: str, per_lane: int, lanes: int = 2) -> list[Ke
     """Items of one partition, `per_lane` in each lane of the local emulation.
 
     AWS does not document how it spreads a shard's items over its concurrent batches; the local
-    emulation hashes the item key (local.stream_poller.item_lane), and the items are chosen so that
+    emulation hashes the item key (local.pollers.stream_records.item_lane), and the items are chosen so that
     every concurrent batch has some.
     """
     chosen: dict[int, list[Key]] = {lane: [] for lane in range(lanes)}

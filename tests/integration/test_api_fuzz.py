@@ -1,4 +1,4 @@
-"""The API's OpenAPI document (tools/chaos/openapi.json) and a schemathesis run against the local stack's API.
+"""The API's OpenAPI document (tools/docs/openapi.json) and a schemathesis run against the local stack's API.
 
 `make fuzz` sends 1,000 generated requests; this sends fewer, with a fixed seed.
 """
@@ -9,8 +9,8 @@ from typing import Any
 
 import requests
 
-from tools.chaos import openapi
 from tools.chaos.fuzz import fuzz
+from tools.docs import openapi
 from tools.local.pollers.event_sources import read_event_sources
 from tools.local.stack import LocalStack
 from tools.template import Template
@@ -23,9 +23,7 @@ def _operations(document: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 def test_the_committed_document_is_what_the_resolver_generates():
-    assert openapi.committed() == openapi.generate(), (
-        "run `python -m tools.chaos openapi` and commit tools/chaos/openapi.json"
-    )
+    assert openapi.committed() == openapi.generate(), "run `make docs` and commit tools/docs/openapi.json"
 
 
 def test_the_document_has_exactly_the_routes_of_the_template():

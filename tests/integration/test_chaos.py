@@ -27,28 +27,15 @@ from shop.adapters.postgres.outbox import OutboxRow
 from shop.adapters.postgres.replication import DecodedTransaction, SlotChanges
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import outbox_entry
-from tools.chaos import faults, poison
+from tools.chaos import faults, faults_migration, faults_relay, injection, poison
 from tools.chaos.bus import CapturedEvent, capture_patterns
-from tools.chaos.check import (
-    INVENTORY_SIDE,
-    ORDERS_SIDE,
-    PARKED,
-    PENDING,
-    PUBLISHED,
-    Check,
-    Evidence,
-    OperationsEvidence,
-    OutboxRecord,
-    ReplayOutcome,
-    Snapshot,
-    SwitchOutcome,
-    comparable_item,
-    evaluate,
-    parked_key,
-    postgres_row_key,
-)
+from tools.chaos.check import evaluate
+from tools.chaos.check_dead_letters import comparable_item, parked_key
+from tools.chaos.config import ChaosConfig
 from tools.chaos.driver import Driver
-from tools.chaos.harness import ChaosConfig, Run, chaos_template, fault_plan, roles, run
+from tools.chaos.evidence import Check, Evidence, OperationsEvidence, ReplayOutcome, SwitchOutcome
+from tools.chaos.fault_plan import fault_plan, roles
+from tools.chaos.harness import Run, run
 from tools.chaos.plan import (
     API_KINDS,
     API_STALE_CANCEL,
@@ -78,6 +65,17 @@ from tools.chaos.plan import (
 from tools.chaos.publishers import PUBLISHER, RestartGate
 from tools.chaos.relay_operations import MIGRATION_FUNCTION
 from tools.chaos.report import render, save
+from tools.chaos.snapshot import (
+    INVENTORY_SIDE,
+    ORDERS_SIDE,
+    PARKED,
+    PENDING,
+    PUBLISHED,
+    OutboxRecord,
+    Snapshot,
+    postgres_row_key,
+)
+from tools.chaos.topology import chaos_template
 from tools.local.pollers.event_sources import read_event_sources
 from tools.local.services.emulators import LocalServices
 from tools.local.services.order_database import EmbeddedPostgres
@@ -399,7 +397,7 @@ def test_the_logical_relay_dies_after_a_slot_advance_past_outbox_rows_once_the_s
     reads.append(_slot_changes((400, ["e1", "e2"]), (450, ["e3"]), read_to=500))
     module.peek_changes(None, "s", 500)
     assert module.advance_slot(None, "s", 300) is False  # not moved: no crash either
-    with pytest.raises(faults.ChaosCrash):
+    with pytest.raises(injection.ChaosCrash):
         module.advance_slot(None, "s", 400)  # past e1 and e2 (not e3)
     assert slot["confirmed"] == 400  # the advance happened before the crash
     assert module.advance_slot(None, "s", 500) is True  # the cap (1) is reached
@@ -425,9 +423,10 @@ def _plan(tmp_path: Path, function: str, spec: FunctionPlan) -> Plan:
 
 
 def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(tmp_path: Path):
-    """At each step of a switch the harness asked for (faults.SWITCH_FILE), a crash of the publisher is
-    armed; before a step that waits for the rounds in progress the switch goes on only once a publisher
-    took it (withdrawn after the wait when none did). Without a request (the stack's Create) nothing."""
+    """At each step of a switch the harness asked for (faults_migration.SWITCH_FILE), a crash of the
+    publisher is armed; before a step that waits for the rounds in progress the switch goes on only once a
+    publisher took it (withdrawn after the wait when none did). Without a request (the stack's Create)
+    nothing."""
     spec = FunctionPlan(MIGRATION, 300.0, {})
     injector = faults.Injector(_plan(tmp_path, MIGRATION_FUNCTION, spec), MIGRATION_FUNCTION, spec)
     steps: list[str] = []
@@ -459,7 +458,7 @@ def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(
     module._drop_slot = _drop_slot  # type: ignore[attr-defined]
     injector.wrap_switch(module)
     state = tmp_path / "state"
-    arms = faults.Arms(state, PUBLISHER)
+    arms = injection.Arms(state, PUBLISHER)
 
     assert module.switch_relay(None, "logical", "s") == "switched to logical"
     assert arms.all() == []  # nobody asked: the stack's own Create
@@ -475,7 +474,7 @@ def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(
                 taken.append((str(arm["point"]), list(steps)))
             time.sleep(0.01)
 
-    faults.write_switch(
+    faults_migration.write_switch(
         state,
         switch="to logical #1",
         to="logical",
@@ -494,15 +493,15 @@ def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(
 
     # Each crash before a waiting step was taken before that step ran: the step waits on its round.
     assert taken[:2] == [
-        (faults.SWITCH_POINTS["logical"][0], []),
-        (faults.SWITCH_POINTS["logical"][1], ["slot created"]),
+        (faults_migration.SWITCH_POINTS["logical"][0], []),
+        (faults_migration.SWITCH_POINTS["logical"][1], ["slot created"]),
     ]
-    assert taken[2][0] == faults.SWITCH_POINTS["logical"][2]
+    assert taken[2][0] == faults_migration.SWITCH_POINTS["logical"][2]
     assert [arm["hold_seconds"] for arm in arms.all()] == [2.0, 2.0, 0.0]
 
     # Nobody publishing: the arm before the handover is withdrawn after its wait; the others stay armed
     # for the next PutEvents (a publisher of the new configuration).
-    faults.write_switch(
+    faults_migration.write_switch(
         state,
         switch="to polling #2",
         to="polling",
@@ -514,11 +513,11 @@ def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(
     module.switch_relay(None, "polling", "s")
     assert time.monotonic() - began < 2.0
     assert [(a["point"], a["withdrawn"], a["taken_at"]) for a in arms.all()[3:]] == [
-        (point, point == faults.SWITCH_POINTS["polling"][0], None)
-        for point in faults.SWITCH_POINTS["polling"]
+        (point, point == faults_migration.SWITCH_POINTS["polling"][0], None)
+        for point in faults_migration.SWITCH_POINTS["polling"]
     ]
-    faults.clear_switch(state)
-    assert arms.take(pid=2)["point"] == faults.SWITCH_POINTS["polling"][1]  # type: ignore[index]
+    faults_migration.clear_switch(state)
+    assert arms.take(pid=2)["point"] == faults_migration.SWITCH_POINTS["polling"][1]  # type: ignore[index]
     module.switch_relay(None, "polling", "s")
     assert len(arms.all()) == 6  # the request is cleared: nothing more armed
 
@@ -535,13 +534,13 @@ def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(
         steps.clear()
         executor = Executor()
         row = {"values": {"event_id": f"p-{mode}"}, "details": {"event_ids": [f"p-{mode}"]}}
-        faults.write_switch(
+        faults_migration.write_switch(
             state, switch=mode, to=mode, function=PUBLISHER, arm_wait_seconds=0.0, poison_row=row
         )
         module.switch_relay(executor, mode, "s")
         before_handover = ["slot created"] if mode == "logical" else []
         assert executor.rows == [(f"p-{mode}", before_handover)]
-    faults.clear_switch(state)
+    faults_migration.clear_switch(state)
     poison_rows = [e for e in injector.ledger.entries() if e["kind"] == "poison.outbox_item"]
     assert [e["event_ids"] for e in poison_rows] == [["p-logical"], ["p-polling"]]
 
@@ -592,7 +591,7 @@ def test_the_logical_relay_dies_around_a_replay_sets_activation_and_after_a_chun
         return []
 
     sets.mark_done = mark_done  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, faults.REPLAYS_MODULE, sets)
+    monkeypatch.setitem(sys.modules, faults_relay.REPLAYS_MODULE, sets)
     monkeypatch.setattr(replication, "confirmed_lsn", lambda cursor, name: slot["confirmed"])
     injector.wrap_slot(relay)
     moment = datetime(2026, 11, 25, tzinfo=UTC)
@@ -604,17 +603,17 @@ def test_the_logical_relay_dies_around_a_replay_sets_activation_and_after_a_chun
         relay.peek_changes(cursor, "s", 500)
 
     round_reading_the_message()
-    with pytest.raises(faults.ChaosCrash):
+    with pytest.raises(injection.ChaosCrash):
         sets.activate(cursor, [7])  # activated in the round, never committed
     round_reading_the_message()
     sets.activate(cursor, [7])  # activated again (its one crash is spent)
     assert relay.advance_slot(cursor, "s", 200) is True  # before the COMMIT: short of the message
-    with pytest.raises(faults.ChaosCrash):
+    with pytest.raises(injection.ChaosCrash):
         relay.advance_slot(cursor, "s", 400)  # after the COMMIT: past it, and the process dies first
     assert calls == ["activate [7]", "activate [7]", "advance 200"]
     assert slot["confirmed"] == 200  # the message is read again, its set found activated
     sets.mark_done(cursor, [])  # nothing drained: no opportunity
-    with pytest.raises(faults.ChaosCrash):
+    with pytest.raises(injection.ChaosCrash):
         sets.mark_done(cursor, [11, 12])
     assert sets.mark_done(cursor, [13]) == []  # the cap (1) is reached
 
@@ -738,14 +737,14 @@ def test_after_import_runs_on_a_module_once_it_is_imported(tmp_path: Path, monke
     monkeypatch.delitem(sys.modules, "chaos_after_import_probe", raising=False)
     seen: list[int] = []
 
-    faults.after_import("chaos_after_import_probe", lambda module: seen.append(module.VALUE))
+    injection.after_import("chaos_after_import_probe", lambda module: seen.append(module.VALUE))
     assert seen == []
     importlib.import_module("chaos_after_import_probe")  # the import the hook waits for
 
     assert seen == [1]
-    faults.after_import("chaos_after_import_probe", lambda module: seen.append(module.VALUE + 1))
+    injection.after_import("chaos_after_import_probe", lambda module: seen.append(module.VALUE + 1))
     assert seen == [1, 2]  # imported already: at once
-    assert not any(isinstance(f, faults._AfterImport) for f in sys.meta_path)
+    assert not any(isinstance(f, injection._AfterImport) for f in sys.meta_path)
 
 
 def test_a_503_without_retry_after_breaks_the_api_contract():
@@ -942,7 +941,7 @@ def test_a_small_chaos_run_on_postgres_survives_publisher_crashes_4_publishers_a
 
 def test_a_fault_whose_call_failed_on_its_own_is_given_back_to_be_injected_later(tmp_path: Path) -> None:
     """A claim is only an injection once it happened: released, its kind's one slot is free again."""
-    state = faults.FunctionState(tmp_path, "OrdersApiFunction")
+    state = injection.FunctionState(tmp_path, "OrdersApiFunction")
     assert state.claim("api.timeout_after_commit", ["key-1"], cap=1)
     assert not state.claim("api.timeout_after_commit", ["key-2"], cap=1)  # the one slot is taken
 

@@ -1,4 +1,4 @@
-"""The recovery scenarios (tools/chaos/recovery_scenarios.py), small, through the local stack:
+"""The recovery scenarios (tools/chaos/recovery_*.py), small, through the local stack:
 `python -m tools.chaos full-batch | stale-redrive | rejected-redrive | replay` run the same code at full
 size."""
 
@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.chaos.harness import ChaosConfig
-from tools.chaos.recovery_scenarios import (
-    FullBatchPoison,
-    RejectedRedrive,
-    StaleRedrive,
-    render,
-    replay_after_chaos,
-)
+from tools.chaos.config import ChaosConfig
+from tools.chaos.recovery_after_chaos import replay_after_chaos
+from tools.chaos.recovery_full_batch import FullBatchPoison
+from tools.chaos.recovery_redrive import RejectedRedrive, StaleRedrive
+from tools.chaos.recovery_scenarios import render
 from tools.chaos.report import render as render_run
 from tools.local.services.emulators import LocalServices
 

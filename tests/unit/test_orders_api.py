@@ -281,8 +281,8 @@ def sqs_message(envelope: dict[str, Any]) -> dict[str, Any]:
 
 
 def order_schema() -> jsonschema.Draft202012Validator:
-    """The OpenAPI document's Order (tools/chaos/openapi.json), its references resolved in the document."""
-    document = json.loads((ROOT / "tools" / "chaos" / "openapi.json").read_text())
+    """The OpenAPI document's Order (tools/docs/openapi.json), its references resolved in the document."""
+    document = json.loads((ROOT / "tools" / "docs" / "openapi.json").read_text())
     return jsonschema.Draft202012Validator(
         {"$ref": "urn:openapi#/components/schemas/Order"},
         registry=Registry().with_resource("urn:openapi", Resource.from_contents(document, DRAFT202012)),

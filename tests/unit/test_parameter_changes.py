@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from tools.template import TEMPLATE_PATH, TemplateError, load_yaml
-from tools.template.translate import REPLACEMENT, ChangeSet, Stack, compare, translate
+from tools.template.comparison import REPLACEMENT, ChangeSet, compare
+from tools.template.translate import Stack, translate
 
 # The template under test: the repository's (a path), or data built from it.
 TEMPLATE: Path | dict[str, Any] = TEMPLATE_PATH

@@ -48,7 +48,7 @@ def test_the_schemas_the_handler_validates_with_are_the_contracts(modules):
     committed = json.loads((spec.code_uri / "request_schemas.json").read_text())
 
     assert committed == schemas.request_schemas(), (
-        "run `python -m tools.chaos openapi` and commit functions/orders_api/request_schemas.json"
+        "run `make docs` and commit functions/orders_api/request_schemas.json"
     )
 
 

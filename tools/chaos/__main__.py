@@ -5,8 +5,6 @@ then prints the table, writes .chaos/latest.json and its chart .chaos/latest.png
 writes .chaos/isolation.json.
 `make fuzz` (python -m tools.chaos fuzz): schemathesis against the local stack's API (REQUESTS=1000, SEED=7),
 writes .chaos/fuzz.json.
-`python -m tools.chaos openapi`: regenerate tools/chaos/openapi.json from the API's resolver, and
-    functions/orders_api/request_schemas.json (the JSON Schemas the API validates with) from its contract.
 Recovery scenarios (tools/chaos/recovery_scenarios.py), each writes .chaos/<name>.json:
     `python -m tools.chaos full-batch`     one poison at position 3 of a full relay batch of 100
     `python -m tools.chaos stale-redrive`  redrive refuses a DLQ batch older than the outbox TTL
@@ -45,8 +43,14 @@ import os
 import sys
 from typing import Any
 
-from tools.chaos import fuzz, openapi, recovery_scenarios
-from tools.chaos.harness import (
+from tools.chaos import (
+    fuzz,
+    recovery_after_chaos,
+    recovery_full_batch,
+    recovery_redrive,
+    recovery_scenarios,
+)
+from tools.chaos.config import (
     DEFAULT_OUT_DIR,
     DYNAMODB,
     ORDER_STORES,
@@ -54,8 +58,8 @@ from tools.chaos.harness import (
     POSTGRES,
     ChaosConfig,
     postgres_relays,
-    run,
 )
+from tools.chaos.harness import run
 from tools.chaos.isolation import Isolation
 from tools.chaos.isolation import render as render_isolation
 from tools.chaos.report import render, save
@@ -155,19 +159,19 @@ def scenario(name: str) -> int:
     """One recovery scenario: 0 when its expectation holds, 1 when not, 2 when it could not be made."""
     try:
         if name == "hot-sku":
-            report = recovery_scenarios.hot_sku(config_from_env(orders=100, order_store=False))
+            report = recovery_after_chaos.hot_sku(config_from_env(orders=100, order_store=False))
             _write(name, report)
             print(render(report))
             return 0 if report["passed"] else 1
         if name == "replay":
-            report = recovery_scenarios.replay_after_chaos(config_from_env(orders=100, order_store=False))
+            report = recovery_after_chaos.replay_after_chaos(config_from_env(orders=100, order_store=False))
             _write(name, report)
             print(render(report))
             return 0 if report["passed"] else 1
         runner = {
-            "full-batch": recovery_scenarios.FullBatchPoison,
-            "stale-redrive": recovery_scenarios.StaleRedrive,
-            "rejected-redrive": recovery_scenarios.RejectedRedrive,
+            "full-batch": recovery_full_batch.FullBatchPoison,
+            "stale-redrive": recovery_redrive.StaleRedrive,
+            "rejected-redrive": recovery_redrive.RejectedRedrive,
         }
         report = runner[name](DEFAULT_OUT_DIR).run()
     except (StartupError, RuntimeError, TimeoutError) as exc:
@@ -188,13 +192,9 @@ def main(argv: list[str]) -> int:
         return scenario(argv[1])
     if argv[1:] == ["fuzz"]:
         return fuzz_api()
-    if argv[1:] == ["openapi"]:
-        for written in openapi.write():
-            print(f"wrote {openapi.relative(written)}")
-        return 0
     if argv[1:]:
         print(
-            f"usage: python -m tools.chaos [isolation | fuzz | openapi | {' | '.join(SCENARIOS)}]",
+            f"usage: python -m tools.chaos [isolation | fuzz | {' | '.join(SCENARIOS)}]",
             file=sys.stderr,
         )
         return 2

@@ -31,8 +31,10 @@ from shop.domain.envelope import CloudEvent
 from shop.domain.orders import ORDER_CONFIRMED
 from shop.runtime.config import EVENTBRIDGE_MAX_ENTRY_BYTES
 from tools.chaos.bus import BusCapture, NotificationCapture, queue_depth
-from tools.chaos.check import canonical_item, parked_key, parked_poison, read_dlq
-from tools.chaos.harness import ChaosConfig, chaos_template, relay_poison_queue
+from tools.chaos.check_dead_letters import canonical_item, parked_key, parked_poison
+from tools.chaos.config import ChaosConfig
+from tools.chaos.snapshot import read_dlq
+from tools.chaos.topology import chaos_template, relay_poison_queue
 from tools.local.console.activity import Invocation
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions

@@ -1,9 +1,9 @@
 """The order store's evidence in PostgreSQL (OrderStore=postgres), and the harness's hands on it.
 
-PostgresOrderStore reads what the checks need (tools/chaos/check.py, OrderStore) from the stack's order
-database: orders and their lines, request keys, outbox rows with their publishing state and the inbox;
+PostgresOrderStore reads what the checks need (tools/chaos/snapshot.py, OrderStore) from the stack's
+order database: orders and their lines, request keys, outbox rows with their publishing state and the inbox;
 and it writes poison rows straight into the outbox table (tools/chaos/poison.py builds them), as a bad
-deploy or a hand-made fix could. Inventory stays on DynamoDB (check.collect).
+deploy or a hand-made fix could. Inventory stays on DynamoDB (snapshot.collect).
 
 A row's publishing state is what its relay's bookmark says (the relay that owns the outbox when it is
 read, outbox_relay.mode: a run's relay switches change it): with the polling publisher its marks
@@ -27,11 +27,11 @@ from shop.adapters import keys
 from shop.adapters.postgres import replays, replication
 from shop.adapters.postgres.outbox import relay_mode
 from tools.chaos import poison
-from tools.chaos.check import ORDERS_SIDE, OutboxRecord, Snapshot, envelope_of, postgres_row_key
-from tools.chaos.faults import INSERT_POISON_ROW
+from tools.chaos.faults_migration import INSERT_POISON_ROW
 from tools.chaos.ledger import Ledger
 from tools.chaos.plan import POISON_OUTBOX_ITEM
 from tools.chaos.poison import PoisonItem
+from tools.chaos.snapshot import ORDERS_SIDE, OutboxRecord, Snapshot, envelope_of, postgres_row_key
 from tools.local.stack import ORDER_DATABASE, LocalStack
 
 T = TypeVar("T")
@@ -91,7 +91,7 @@ def row_item(
 
 
 class PostgresOrderStore:
-    """check.OrderStore for OrderStore=postgres: the stack's order database."""
+    """snapshot.OrderStore for OrderStore=postgres: the stack's order database."""
 
     name = "postgres"
 
@@ -276,9 +276,9 @@ class PostgresOrderStore:
 def poison_row(
     variant: str, max_event_bytes: int, order_id: str | None = None
 ) -> tuple[PoisonItem, dict[str, Any]]:
-    """A poison row to write (faults.INSERT_POISON_ROW, its values by name): of an aggregate that does not
-    exist (sequence 1), or of the real order `order_id` far past any sequence it will reach (so it takes
-    no event's place)."""
+    """A poison row to write (faults_migration.INSERT_POISON_ROW, its values by name): of an aggregate that
+    does not exist (sequence 1), or of the real order `order_id` far past any sequence it will reach (so
+    it takes no event's place)."""
     event_id = str(uuid.uuid4())
     aggregate = order_id or f"chaos-poison-{uuid.uuid4().hex[:12]}"
     sequence = REAL_ORDER_POISON_SEQUENCE if order_id else 1

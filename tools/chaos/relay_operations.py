@@ -7,9 +7,9 @@
   meanwhile a publisher of the old configuration publishes nothing (RelayModeMismatch). A deploy
   answered FAILED is rolled back (an Update back, answered "already ...") and deployed again, up to
   DEPLOY_ATTEMPTS times: each failed one must have left the relay as it was.
-  At each step of a switch the migration function's hooks (tools/chaos/faults.py, role migration) arm a
-  crash of the publisher: its next PutEvents goes through, then the process dies before COMMIT (or the
-  slot advance); before a step that waits for the rounds in progress (creating the slot, locking the
+  At each step of a switch the migration function's hooks (tools/chaos/faults_migration.py, role migration)
+  arm a crash of the publisher: its next PutEvents goes through, then the process dies before COMMIT (or
+  the slot advance); before a step that waits for the rounds in progress (creating the slot, locking the
   outbox or the slot) the armed round holds its locks HOLD_SECONDS and the switch goes on once a
   publisher took the arm, so the step waits on a round that dies. The hooks also write a poison row
   pending at each handover (`poison_at_handover`).
@@ -22,7 +22,7 @@ A switch away from the run's relay that is due while a replay's set drains waits
 is out, then hands the rest back (to polling: the set's rows pending again). The database restart and
 the operations never run at once (publishers.RestartGate). Each operation is a line of the ledger
 (operation.relay_switch, operation.replay); the report gives each one's figures and each armed crash's
-fate, and check.py's relay_operations holds them to what they claim.
+fate, and check_operations.py's relay_operations holds them to what they claim.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from typing import Any
 
 import psycopg
 
-from tools.chaos import faults, poison
+from tools.chaos import poison
 from tools.chaos.bus import BusCapture
-from tools.chaos.check import (
-    ORDERS_SIDE,
+from tools.chaos.deploy import AnswerServer, redeploy, update_request
+from tools.chaos.evidence import (
     Evidence,
     OperationsEvidence,
     ReplayOutcome,
@@ -52,7 +52,8 @@ from tools.chaos.check import (
     capture_lag,
     quantiles,
 )
-from tools.chaos.deploy import AnswerServer, redeploy, update_request
+from tools.chaos.faults_migration import clear_switch, write_switch
+from tools.chaos.injection import Arms
 from tools.chaos.ledger import Ledger
 from tools.chaos.plan import (
     OPERATION_RELAY_SWITCH,
@@ -65,6 +66,7 @@ from tools.chaos.plan import (
 from tools.chaos.poison import PoisonItem
 from tools.chaos.postgres_store import PostgresOrderStore, poison_row, poison_row_details
 from tools.chaos.publishers import RestartGate
+from tools.chaos.snapshot import ORDERS_SIDE
 from tools.local.stack import LocalStack
 
 MIGRATION_FUNCTION = "OrderDatabaseMigrationFunction"
@@ -340,9 +342,9 @@ class RelayOperations:
     ) -> dict[str, Any]:
         """CloudFormation's Update of OrderDatabaseSchema from `relay_from` to `relay_to`, sent to the
         migration function: its answer's Status (None: no answer came) and Reason. With `arm`, the
-        switch's steps arm the publisher's crashes and write the poison row (faults.py)."""
+        switch's steps arm the publisher's crashes and write the poison row (faults_migration.py)."""
         if arm:
-            faults.write_switch(
+            write_switch(
                 self._state_dir,
                 switch=record.label,
                 to=relay_to,
@@ -370,7 +372,7 @@ class RelayOperations:
             with self._gate.operation():
                 result = self._stack.invoke(MIGRATION_FUNCTION, event)
         finally:
-            faults.clear_switch(self._state_dir)
+            clear_switch(self._state_dir)
         answer = self._answers.answer(request_id, ANSWER_WAIT_SECONDS)
         if answer is None:
             error = f"{result.error.error_type}: {result.error.message}" if result.error else "none"
@@ -491,8 +493,8 @@ class RelayOperations:
 
     # --- evidence and figures --------------------------------------------------------------------
     def evidence(self, mode: str | None) -> OperationsEvidence:
-        """What the checks hold the operations to (check.py, relay_operations); `mode`: the outbox's
-        relay after the drain."""
+        """What the checks hold the operations to (check_operations.py, relay_operations); `mode`: the
+        outbox's relay after the drain."""
         return OperationsEvidence(
             switches=[
                 SwitchOutcome(s.label, s.relay_to, s.status, s.reason, s.relay_from, s.failed)
@@ -517,7 +519,7 @@ class RelayOperations:
     def figures(self, evidence: Evidence) -> dict[str, Any]:
         """The report's: each switch and replay, and the publisher's crashes around them."""
         arms: dict[str, Counter[str]] = {}
-        for arm in faults.Arms(self._state_dir, PUBLISHER).all():
+        for arm in Arms(self._state_dir, PUBLISHER).all():
             fate = "crashed" if arm["taken_at"] else "withdrawn" if arm["withdrawn"] else "never taken"
             arms.setdefault(f"{arm.get('switch')}: {arm.get('point')}", Counter())[fate] += 1
         around_sets: dict[str, Counter[str]] = {kind: Counter() for kind in _AROUND_SETS}

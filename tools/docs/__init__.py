@@ -12,7 +12,9 @@
 - docs/events.md     the marked table of event types, their sources and the rules that receive them
 
 Modules: cfn (the expanded template and what it grants), schema (TypedDict -> JSON Schema),
-reference, asyncapi, pages (which file holds what), domain (the one place that imports `shop`).
+reference, asyncapi, pages (which file holds what), domain (the one place that imports `shop`), and
+openapi: the API contract's OpenAPI document (tools/docs/openapi.json, from the order API's resolver;
+`make docs` rewrites it and functions/orders_api/request_schemas.json, the fuzzer reads it).
 tools/docs/tests/test_generated_docs.py checks that the committed files are what this package generates.
 `make docs` runs two more, each `python -m tools.docs.<module>`: database_schema (docs/order-database.sql,
 on tools/local's embedded PostgreSQL) and inspector_screenshot (docs/images/inspector*.png, from local

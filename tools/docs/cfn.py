@@ -21,6 +21,7 @@ from samcli.lib.cfn_language_extensions import process_template_for_sam_cli  # t
 from samcli.yamlhelper import yaml_parse  # type: ignore[import-untyped]
 
 from tools.docs.domain import ROOT
+from tools.iam.access import NETWORK_INTERFACE_ACTIONS, SOURCE_ACTIONS  # what Lambda does with a role
 
 TEMPLATE = ROOT / "template.yaml"
 WILDCARD = "*"
@@ -33,20 +34,8 @@ _ROLE_POLICY_TYPES = {
     "AWS::IAM::Policy": "Roles",
     "AWS::IAM::ManagedPolicy": "Roles",
 }
-_STREAM_READS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")
-_QUEUE_POLLS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
 _LOG_WRITES = ("logs:CreateLogStream", "logs:PutLogEvents")
 _TRACE_WRITES = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")
-# What Lambda does with the role of a function in a VPC (its network interfaces): the actions of
-# AWSLambdaVPCAccessExecutionRole, which AWS grants on "*".
-_NETWORK_INTERFACES = (
-    "ec2:CreateNetworkInterface",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSubnets",
-    "ec2:DeleteNetworkInterface",
-    "ec2:AssignPrivateIpAddresses",
-    "ec2:UnassignPrivateIpAddresses",
-)
 # The parameter whose values decide which resources a deploy creates and what the roles grant: the
 # reference documents the template for each of its allowed values.
 VARIANT_PARAMETER = "OrderStore"
@@ -263,14 +252,14 @@ class ExpandedTemplate:
         if tracing == "Active":
             needs |= {(action, WILDCARD) for action in _TRACE_WRITES}
         if props.get("VpcConfig", self.function_globals().get("VpcConfig")):
-            needs |= {(action, WILDCARD) for action in _NETWORK_INTERFACES}
+            needs |= {(action, WILDCARD) for action in NETWORK_INTERFACE_ACTIONS}
         for name, event in props.get("Events", {}).items():
             source = event.get("Properties", {})
             where = f"{function} event {name}"
             if event["Type"] == "SQS":
-                needs |= {(a, resource_of(source["Queue"], where)) for a in _QUEUE_POLLS}
+                needs |= {(a, resource_of(source["Queue"], where)) for a in SOURCE_ACTIONS["sqs"]}
             elif event["Type"] == "DynamoDB":
-                needs |= {(a, resource_of(source["Stream"], where)) for a in _STREAM_READS}
+                needs |= {(a, resource_of(source["Stream"], where)) for a in SOURCE_ACTIONS["dynamodb"]}
                 needs.add(("dynamodb:ListStreams", WILDCARD))
             on_failure = source.get("DestinationConfig", {}).get("OnFailure")
             if on_failure:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tools.docs import asyncapi, reference
+from tools.docs import asyncapi, openapi, reference
 from tools.docs.cfn import ExpandedTemplate
 from tools.docs.domain import ROOT
 
@@ -36,6 +36,10 @@ def generators(template: ExpandedTemplate) -> dict[Path, Callable[[str], str]]:
         REFERENCE: lambda text: splice(text, reference.tables(template), "docs/reference.md"),
         EVENTS: lambda text: splice(text, {"events": asyncapi.events_table(template)}, "docs/events.md"),
         ASYNCAPI: lambda _: asyncapi.render(asyncapi.document(template)),
+        # The API contract, from the order API's resolver: the fuzzer reads the document, the handler the
+        # request schemas.
+        openapi.DOCUMENT: lambda _: openapi.render(openapi.generate()),
+        openapi.request_schemas_file(): lambda _: openapi.render(openapi.contract().request_schemas()),
     }
 
 

@@ -106,11 +106,14 @@ class ResourceNames:
     def table(self, name: str) -> str:
         return self._known(name, "dynamodb") or f"arn:aws:dynamodb:{self.region}:{self.account}:table/{name}"
 
-    def stream(self, arn: str) -> str:
-        known = self._known(arn, "dynamodb")
+    def _required(self, arn: str, service: str, what: str) -> str:
+        known = self._known(arn, service)
         if known is None:
-            raise UnknownResource(f"not a stream ARN: {arn!r}")
+            raise UnknownResource(f"not a {what} ARN: {arn!r}")
         return known
+
+    def stream(self, arn: str) -> str:
+        return self._required(arn, "dynamodb", "stream")
 
     def queue(self, url: str) -> str:
         return self._known(url, "sqs") or queue_arn(url)
@@ -119,10 +122,7 @@ class ResourceNames:
         return self._known(name, "sqs") or f"arn:aws:sqs:{self.region}:{self.account}:{name}"
 
     def topic(self, arn: str) -> str:
-        known = self._known(arn, "sns")
-        if known is None:
-            raise UnknownResource(f"not a topic ARN: {arn!r}")
-        return known
+        return self._required(arn, "sns", "topic")
 
     def bus(self, name: str | None) -> str:
         name = name or "default"

@@ -7,6 +7,7 @@ brings); nothing else of tools/, so the product's unit tests can read the templa
 stack.
 """
 
+from tools.template.comparison import Change, ChangeSet, changes, compare
 from tools.template.reader import (
     ACCOUNT,
     REGION,
@@ -18,7 +19,7 @@ from tools.template.reader import (
     load_yaml,
     parse_yaml,
 )
-from tools.template.translate import Change, ChangeSet, Stack, changes, compare, translate
+from tools.template.translate import Stack, translate
 
 __all__ = [
     "ACCOUNT",

@@ -1,12 +1,12 @@
 """`python -m tools.template.change_set Name=Value ... -- Name=Value ...`: what CloudFormation does to
 each resource when a stack deployed with the first parameters is updated to the second
-(tools/template/translate.py; parameters not given keep their defaults): one line per resource acted on."""
+(tools/template/comparison.py; parameters not given keep their defaults): one line per resource acted on."""
 
 from __future__ import annotations
 
 import sys
 
-from tools.template.translate import changes
+from tools.template.comparison import changes
 
 
 def main(argv: list[str]) -> int:

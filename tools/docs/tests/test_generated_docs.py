@@ -204,7 +204,7 @@ def inlined(schema: Any, schemas: dict[str, Any]) -> Any:
 
 
 def test_order_events_carry_the_apis_order_representation(document: dict[str, Any]) -> None:
-    api_schemas = json.loads((ROOT / "tools" / "chaos" / "openapi.json").read_text())["components"]["schemas"]
+    api_schemas = json.loads((ROOT / "tools" / "docs" / "openapi.json").read_text())["components"]["schemas"]
     event_schemas = document["components"]["schemas"]
     assert inlined(event_schemas["OrderData"], event_schemas) == inlined(api_schemas["Order"], api_schemas)
 

@@ -2,34 +2,26 @@
 `python -m operations redrive-poison` and, for each consumer's dead-letter queue, `python -m operations
 redrive-dlq` (operations/admin.py), run against the local stack.
 
-They run as the command-line tool runs, in a process of their own: the operations code reads its
-endpoints and settings from the process environment and keeps its AWS clients for the life of the
-process (shop.adapters.aws), so running it inside the stack's process would point the stack's own
-clients (and a test session's) elsewhere. The queues and the bus are the ones the CLI reads from the
-stack's outputs with --stack-name (RelayDeadLetterQueueUrl, RelayPoisonQueueUrl, EventBusName), given
-explicitly; the outbox settings are the relay's, from the template. A consumer dead-letter queue's
-redrive moves its messages back to the queue whose RedrivePolicy names it, as the SQS console's "Start
-DLQ redrive" does (operations/dead_letters.py): both queues are given. What the command prints (a
-report per message and a closing {"redriven", "kept"} line, with "parked" for the relay's) is what the
-page shows.
+They run as the command-line tool runs, in a process of their own, with the operator's environment
+pointed at the local stack (tools/local/operator_commands.py). The queues and the bus are the ones the
+CLI reads from the stack's outputs with --stack-name (RelayDeadLetterQueueUrl, RelayPoisonQueueUrl,
+EventBusName), given explicitly; the outbox settings are the relay's, from the template. A consumer
+dead-letter queue's redrive moves its messages back to the queue whose RedrivePolicy names it, as the
+SQS console's "Start DLQ redrive" does (operations/dead_letters.py): both queues are given. What the
+command prints (a report per message and a closing {"redriven", "kept"} line, with "parked" for the
+relay's) is what the page shows.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tools.local.services.emulators import FAKE_CREDENTIALS
-from tools.template import REGION, ROOT, Template
+from tools.local.operator_commands import CommandRun, CommandStack, command_environment, run_command
+from tools.template import Template
 
 if TYPE_CHECKING:
-    from tools.local.pollers.event_sources import EventSources
-    from tools.local.services.emulators import Endpoints
+    pass
 
 # Each button: the command, the stack output naming the queue it drains, and its queue option.
 RECOVERY_COMMANDS = {
@@ -40,23 +32,15 @@ RECOVERY_COMMANDS = {
 DEAD_LETTER_COMMAND = "redrive-dlq"
 POISON_QUEUE_OUTPUT = "RelayPoisonQueueUrl"
 BUS_OUTPUT = "EventBusName"
-# The relay's settings the commands share (shop.runtime.config): the republish window and event size.
-_RELAY_SETTINGS = ("OUTBOX_TTL_DAYS", "MAX_EVENT_BYTES", "OUTBOX_TIME_SHARDS")
 _TIMEOUT_SECONDS = 120.0
 _MAX_MESSAGES = "1000"  # the command's own default
 
 
-class CommandTarget(Protocol):
+class CommandTarget(CommandStack, Protocol):
     """The stack a command runs against, as the commands read it (a LocalStack; a fake in unit tests):
     its template, queue URLs, endpoints and event sources. The stack hands itself over; the inspector
     never imports it (tests/unit/test_architecture.py: no import circle in tools/)."""
 
-    @property
-    def template(self) -> Template: ...
-    @property
-    def sources(self) -> EventSources: ...
-    @property
-    def endpoints(self) -> Endpoints: ...
     def queue_url(self, queue: str) -> str: ...
 
 
@@ -120,43 +104,6 @@ def outcome_message(action: str, queue: str, summary: dict[str, Any], complete: 
     return message + ("; every event is on the bus." if complete else "; not everything is on the bus.")
 
 
-@dataclass(frozen=True)
-class CommandRun:
-    argv: list[str]
-    exit_code: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def documents(self) -> list[dict[str, Any]]:
-        """The JSON lines it printed, less Powertools' log lines (those carry a "level")."""
-        found = []
-        for line in self.stdout.splitlines():
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict) and "level" not in value:
-                found.append(value)
-        return found
-
-    def summary(self) -> dict[str, Any] | None:
-        """The closing line: how many messages were redriven, kept, and the events parked on the way."""
-        return next((d for d in self.documents() if "redriven" in d and "kept" in d), None)
-
-    def report(self) -> dict[str, Any]:
-        documents = self.documents()
-        return {
-            "command": " ".join(["python", *self.argv[1:]]),
-            "exitCode": self.exit_code,
-            "seconds": round(self.seconds, 2),
-            "summary": self.summary(),
-            "messages": [d for d in documents if "complete" in d],  # a recovery report per message
-            "errors": [d for d in documents if "error" in d and "complete" not in d],
-            "stderr": self.stderr.strip()[-4000:],
-        }
-
-
 def recovery_argv(stack: CommandTarget, action: str) -> list[str]:
     if action.startswith(f"{DEAD_LETTER_COMMAND}/"):
         return dead_letter_argv(stack, action.removeprefix(f"{DEAD_LETTER_COMMAND}/"))
@@ -195,43 +142,6 @@ def dead_letter_argv(stack: CommandTarget, dead_letter_queue: str) -> list[str]:
     ]
 
 
-def command_environment(stack: CommandTarget) -> dict[str, str]:
-    """The operator's environment pointed at the local stack: its endpoints, fake credentials, no ~/.aws
-    files (they must not send the command to a real account), and the relay's outbox settings."""
-    relay_environment: dict[str, str] = {}
-    for stream in stack.sources.streams:
-        relay_environment = stack.template.function(stream.function).environment
-        break
-    return {
-        **os.environ,
-        **FAKE_CREDENTIALS,
-        **stack.endpoints.environment(),
-        "AWS_REGION": REGION,
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        **{name: relay_environment[name] for name in _RELAY_SETTINGS if name in relay_environment},
-    }
-
-
 def run_recovery(stack: CommandTarget, action: str) -> CommandRun:
     """Run `python -m operations <action>` against the stack and return what it printed."""
-    argv = recovery_argv(stack, action)
-    began = time.monotonic()
-    try:
-        completed = subprocess.run(
-            argv,
-            cwd=ROOT,
-            env=command_environment(stack),
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        message = f"the command did not finish within {_TIMEOUT_SECONDS:g} s"
-        return CommandRun(argv, -1, stdout, message, time.monotonic() - began)
-    seconds = time.monotonic() - began
-    return CommandRun(argv, completed.returncode, completed.stdout, completed.stderr, seconds)
+    return run_command(recovery_argv(stack, action), command_environment(stack), _TIMEOUT_SECONDS)

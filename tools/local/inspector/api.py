@@ -35,13 +35,13 @@ from tools.local.console.activity import Entry
 from tools.local.gateway.server import LOCAL_PREFIX, HttpAnswer
 from tools.local.inspector.actions import (
     RECOVERY_COMMANDS,
-    CommandRun,
     dead_letter_action,
     outcome_message,
     recovery_queues,
 )
 from tools.local.inspector.stack_view import InspectedStack, LocalStackView, QueueState
 from tools.local.inspector.timeline import Hop, HopCache, build_hops, order_timeline, outbox_row_hop
+from tools.local.operator_commands import CommandRun
 from tools.local.supervision import ThreadHealth
 
 STATIC_DIR = Path(__file__).with_name("static")

@@ -27,7 +27,6 @@ from tools.local.console.text import json_value
 from tools.local.inspector.actions import (
     POISON_QUEUE_OUTPUT,
     RECOVERY_COMMANDS,
-    CommandRun,
     CommandTarget,
     dead_letter_action,
     dead_letter_sources,
@@ -35,6 +34,7 @@ from tools.local.inspector.actions import (
     run_recovery,
 )
 from tools.local.inspector.timeline import Hop, HopCache, build_hops, report_notice
+from tools.local.operator_commands import CommandRun
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -18,44 +18,41 @@ from tools.template import Template, TemplateError
 IMPLICIT_API = "ServerlessRestApi"
 
 
-@dataclass(frozen=True)
-class StreamSource:
+@dataclass(frozen=True, kw_only=True)
+class _MappingSource:
+    """What a stream's and a queue's event source mapping both have: the function, the mapping's name
+    (label: "Function.Name") and Lambda's batching, filtering and partial batch response settings."""
+
     function: str
     name: str
-    table: str
-    starting_position: str = "TRIM_HORIZON"
-    batch_size: int = 100
     batching_window_seconds: float = 0.0
     filters: tuple[dict[str, Any], ...] = ()
     report_batch_item_failures: bool = False
+    enabled: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.function}.{self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamSource(_MappingSource):
+    table: str
+    starting_position: str = "TRIM_HORIZON"
+    batch_size: int = 100
     maximum_retry_attempts: int = -1  # -1: until the record expires
     bisect_on_error: bool = False
     maximum_record_age_seconds: int = -1
     on_failure_arn: str | None = None
-    enabled: bool = True
     # Batches of one shard processed at once, each item's records still in order (see stream_poller).
     parallelization_factor: int = 1
 
-    @property
-    def label(self) -> str:
-        return f"{self.function}.{self.name}"
 
-
-@dataclass(frozen=True)
-class QueueSource:
-    function: str
-    name: str
+@dataclass(frozen=True, kw_only=True)
+class QueueSource(_MappingSource):
     queue: str
     batch_size: int = 10
-    batching_window_seconds: float = 0.0
-    filters: tuple[dict[str, Any], ...] = ()
-    report_batch_item_failures: bool = False
-    enabled: bool = True
     maximum_concurrency: int | None = None  # ScalingConfig.MaximumConcurrency
-
-    @property
-    def label(self) -> str:
-        return f"{self.function}.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -101,16 +98,34 @@ def _ref_target(raw: Any) -> str | None:
     return None
 
 
+def _own_resource(template: Template, arn: str, resource_type: str) -> str | None:
+    """The logical id of the template's resource of this type that an event source's ARN names, if any."""
+    logical_id = template.logical_id_for_arn(str(arn))
+    if logical_id is None or template.resources[logical_id]["Type"] != resource_type:
+        return None
+    return logical_id
+
+
+def _mapping_settings(props: dict[str, Any], where: str) -> dict[str, Any]:
+    """What a stream's and a queue's mapping read alike (_MappingSource), with Lambda's defaults."""
+    return {
+        "batching_window_seconds": float(props.get("MaximumBatchingWindowInSeconds", 0)),
+        "filters": _filters(props, where),
+        "report_batch_item_failures": "ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
+        "enabled": _flag(props.get("Enabled", True)),
+    }
+
+
 def _stream_source(
     template: Template, function: str, name: str, props: dict[str, Any], arn: str, found: EventSources
 ) -> None:
-    table = template.logical_id_for_arn(str(arn))
-    if table is None or template.resources[table]["Type"] != "AWS::DynamoDB::Table":
+    table = _own_resource(template, arn, "AWS::DynamoDB::Table")
+    if table is None:
         found.not_emulated.append(f"{function}.{name}: stream {arn} is not a table of this template")
         return
     where = f"{function}.{name}"
-    filters = _filters(props, where)
-    for pattern in filters:
+    settings = _mapping_settings(props, where)
+    for pattern in settings["filters"]:
         foreign = sorted(set(pattern) - {"dynamodb"})
         if foreign:
             found.warnings.append(
@@ -130,15 +145,12 @@ def _stream_source(
             table=table,
             starting_position=str(props.get("StartingPosition", "TRIM_HORIZON")),
             batch_size=int(props.get("BatchSize", 100)),
-            batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
-            filters=filters,
-            report_batch_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
             maximum_retry_attempts=int(props.get("MaximumRetryAttempts", -1)),
             bisect_on_error=_flag(props.get("BisectBatchOnFunctionError", False)),
             maximum_record_age_seconds=int(props.get("MaximumRecordAgeInSeconds", -1)),
             on_failure_arn=str(on_failure) if on_failure else None,
-            enabled=_flag(props.get("Enabled", True)),
             parallelization_factor=parallelization_factor,
+            **settings,
         )
     )
 
@@ -146,8 +158,8 @@ def _stream_source(
 def _queue_source(
     template: Template, function: str, name: str, props: dict[str, Any], arn: str, found: EventSources
 ) -> None:
-    queue = template.logical_id_for_arn(str(arn))
-    if queue is None or template.resources[queue]["Type"] != "AWS::SQS::Queue":
+    queue = _own_resource(template, arn, "AWS::SQS::Queue")
+    if queue is None:
         found.not_emulated.append(f"{function}.{name}: queue {arn} is not a queue of this template")
         return
     scaling = props.get("ScalingConfig") or {}
@@ -157,13 +169,10 @@ def _queue_source(
             name=name,
             queue=queue,
             batch_size=int(props.get("BatchSize", 10)),
-            batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
-            filters=_filters(props, f"{function}.{name}"),
-            report_batch_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
-            enabled=_flag(props.get("Enabled", True)),
             maximum_concurrency=int(scaling["MaximumConcurrency"])
             if "MaximumConcurrency" in scaling
             else None,
+            **_mapping_settings(props, f"{function}.{name}"),
         )
     )
 

@@ -33,18 +33,17 @@ https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html (polling and batching
 batches per shard). Locally the shard then has N lanes: each reads it with an iterator of its own, keeps
 the records whose item key hashes to it (item_lane) and runs its own batches, checkpoint, retries,
 bisection and OnFailure messages exactly as a single lane does, while the other lanes' batches run.
+
+Beside this module: stream_records.py (reading, and records as Lambda delivers them), stream_lanes.py
+(the state of each shard's lanes) and stream_failures.py (what an invocation's result means, and the
+OnFailure document).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import queue
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -54,9 +53,17 @@ from tools.local.pollers.checkpoints import CheckpointStore
 from tools.local.pollers.destinations import FailureDestinations, UnsupportedDestination
 from tools.local.pollers.event_sources import StreamSource
 from tools.local.pollers.patterns import matches
+from tools.local.pollers.stream_failures import Outcome, batch_outcome, on_failure_document
+from tools.local.pollers.stream_lanes import Failure, Lane, Pending, Shard
+from tools.local.pollers.stream_records import (
+    GET_RECORDS_LIMIT,
+    RawRecordsReader,
+    arrival_time,
+    item_lane,
+    lambda_stream_record,
+)
 from tools.local.pollers.threads import MappingThreads
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
-from tools.local.services.raw_json import keep_raw_json, raw_json
 from tools.template import ACCOUNT, REGION
 
 if TYPE_CHECKING:
@@ -69,7 +76,6 @@ DISCOVERY_INTERVAL_SECONDS = 1.0
 # Reads started by invocations' ends are at most this often per mapping (a few ms of latency at most,
 # where each read costs the stack and DynamoDB Local about 2 ms of CPU).
 _WOKEN_READ_GAP_SECONDS = 0.025
-_GET_RECORDS_LIMIT = 1000
 _MAX_BACKOFF_SECONDS = 2.0
 # Retries of a throttled invocation: a throttle costs nothing locally, so retry soon, and at least twice
 # a second, so the batch goes as soon as the function has an environment free.
@@ -81,141 +87,6 @@ _READ_AHEAD_RECORDS = 10_000
 # DynamoDB Local moves an empty shard's start to the first record it gets (sequence numbers are global
 # across tables), so an iterator taken on an empty shard reads as "trimmed": renew it from our position.
 _RENEW_ITERATOR_ON = frozenset({"ExpiredIteratorException", "TrimmedDataAccessException"})
-
-
-def _integral(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-def lambda_stream_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """A GetRecords record (raw JSON) in the shape Lambda delivers it to a function."""
-    record = dict(raw)
-    record["awsRegion"] = REGION  # DynamoDB Local says "ddblocal"
-    dynamodb = dict(record.get("dynamodb", {}))
-    if "ApproximateCreationDateTime" in dynamodb:
-        dynamodb["ApproximateCreationDateTime"] = _integral(dynamodb["ApproximateCreationDateTime"])
-    record["dynamodb"] = dynamodb
-    if record.get("eventName") == "UNKNOWN_TO_SDK_VERSION":
-        # DynamoDB Local's name for a TTL deletion; Lambda delivers REMOVE by the DynamoDB service.
-        record["eventName"] = "REMOVE"
-        record["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-    # The ARN stays DynamoDB Local's own, so code that reads the stream back (redrive) can use it.
-    record["eventSourceARN"] = stream_arn
-    return record
-
-
-def arrival_time(created: float, read_at: float) -> float:
-    """When a record arrived in the stream, from its ApproximateCreationDateTime and when it was first read.
-
-    ApproximateCreationDateTime is the arrival rounded down: to the second on AWS, to the minute by
-    DynamoDB Local. The record arrived before it was read, which a lane does within a poll interval of its
-    arrival while the stack runs; records that arrived while it was stopped are bounded by the rounding.
-    """
-    rounding = 60.0 if created % 60 == 0 else 1.0
-    return max(created, min(read_at, created + rounding))
-
-
-def item_lane(record: dict[str, Any], lanes: int) -> int:
-    """The lane (0 .. lanes - 1) of a stream record's item: a stable hash of its key (partition and sort key).
-
-    Every record of one item goes to the same lane, in this process and the next (lane checkpoints are
-    kept across restarts), so per-item order holds; items of one partition may go to different lanes.
-    """
-    key = json.dumps(record["dynamodb"]["Keys"], sort_keys=True, separators=(",", ":"))
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % lanes
-
-
-def _iso(epoch_seconds: float, milliseconds: bool = False) -> str:
-    moment = datetime.fromtimestamp(epoch_seconds, UTC)
-    text = moment.isoformat(timespec="milliseconds" if milliseconds else "seconds")
-    return text.replace("+00:00", "Z")
-
-
-class _RawRecordsReader:
-    """GetRecords (4 times a second and after writes) with each record as the response's JSON had it
-    (services/raw_json.py: Lambda delivers that, not botocore's parsed form), and DescribeStream (every
-    second)."""
-
-    def __init__(self, streams: DynamoDBStreamsClient) -> None:
-        self._streams = keep_raw_json(streams, "GetRecords")
-
-    def get_records(self, iterator: str) -> tuple[list[dict[str, Any]], str | None]:
-        data = raw_json(self._streams.get_records(ShardIterator=iterator, Limit=_GET_RECORDS_LIMIT))
-        return list(data.get("Records", [])), data.get("NextShardIterator")
-
-    def describe_stream(self, params: dict[str, Any]) -> dict[str, Any]:
-        description: dict[str, Any] = dict(self._streams.describe_stream(**params)["StreamDescription"])
-        return description
-
-    def close(self) -> None:
-        self._streams.close()
-
-
-@dataclass
-class _Pending:
-    record: dict[str, Any]
-    sequence_number: str
-    created_at: float  # ApproximateCreationDateTime (DynamoDB Local rounds it down to the minute)
-    arrived_at: float  # when it arrived in the stream (arrival_time): the basis of its age
-    seen_monotonic: float
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """The last failed invocation of the batch at a lane's head: the OnFailure document describes it."""
-
-    result: InvocationResult
-    function_error: bool
-
-
-@dataclass
-class _Lane:
-    """One in-order sequence of batches over a shard: a shard iterator, a checkpoint and a batch loop.
-
-    At ParallelizationFactor 1 a shard's only lane takes every record; at N > 1 lane `index` takes the
-    records whose item_lane is `index` and skips the others (their lanes deliver them).
-    """
-
-    shard_id: str
-    index: int = 0
-    iterator: str | None = None
-    closed: bool = False
-    pending: list[_Pending] = field(default_factory=list)
-    # Sizes of the next batches while a failing batch is being bisected.
-    planned: list[int] = field(default_factory=list)
-    attempts: int = 0  # retries of the batch at the head: failed invocations, bisection excluded
-    throttles: int = 0  # invocations of the batch at the head throttled in a row (never counted as retries)
-    last_failure: _Failure | None = None
-    retry_at: float = 0.0
-    next_fetch_at: float = 0.0
-    last_sequence: str | None = None
-    skipping: bool = False  # reading up to the current end without invoking (StartingPosition LATEST)
-    in_flight: bool = False  # its batch is being invoked in a thread of its own (ParallelizationFactor > 1)
-
-    @property
-    def finished(self) -> bool:
-        return self.closed and not self.pending
-
-
-@dataclass
-class _Shard:
-    shard_id: str
-    parent_id: str | None
-    lanes: list[_Lane]
-
-    @property
-    def finished(self) -> bool:
-        return all(lane.finished for lane in self.lanes)
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """How a batch ended: all done, or a checkpoint after `succeeded` records (0: a complete failure);
-    `function_error` when the invocation itself failed (not a failure the function reported)."""
-
-    succeeded: int
-    function_error: bool
-    failed_ids: tuple[str, ...] = ()
 
 
 class StreamPoller(MappingThreads):
@@ -238,16 +109,16 @@ class StreamPoller(MappingThreads):
         self._function = function
         self._stream_arn = stream_arn
         self._streams = streams
-        self._reader = _RawRecordsReader(streams)
+        self._reader = RawRecordsReader(streams)
         self._destinations = destinations
         self._activity = activity
-        self._shards: dict[str, _Shard] = {}
+        self._shards: dict[str, Shard] = {}
         self._finished: set[str] = set()
         self._first_discovery = True
         self._lanes_per_shard = source.parallelization_factor
         # Batches invoked in threads of their own (ParallelizationFactor > 1), and what they returned:
         # the poller's thread settles them, so only it ever changes a lane.
-        self._returned: queue.SimpleQueue[tuple[_Lane, list[_Pending], InvocationResult | None]] = (
+        self._returned: queue.SimpleQueue[tuple[Lane, list[Pending], InvocationResult | None]] = (
             queue.SimpleQueue()
         )
         # Set when an invocation of a function in woken_by ends (it may have written to the table, so
@@ -344,13 +215,13 @@ class StreamPoller(MappingThreads):
                 self._finished.add(shard_id)
                 continue
             lanes = [self._open_lane(shard_id, index, latest) for index in range(self._lanes_per_shard)]
-            self._shards[shard_id] = _Shard(shard_id, shard.get("ParentShardId"), lanes)
+            self._shards[shard_id] = Shard(shard_id, shard.get("ParentShardId"), lanes)
         self._first_discovery = False
 
-    def _open_lane(self, shard_id: str, index: int, latest: bool) -> _Lane:
+    def _open_lane(self, shard_id: str, index: int, latest: bool) -> Lane:
         # LATEST is read as "skip what is there now", so the position is always a sequence number
         # and a renewed iterator (see _fetch) cannot jump back before the mapping's start.
-        lane = _Lane(shard_id=shard_id, index=index, skipping=latest)
+        lane = Lane(shard_id=shard_id, index=index, skipping=latest)
         saved = self._saved_position(lane)
         if saved is not None:
             lane.skipping, lane.last_sequence = False, saved
@@ -361,13 +232,13 @@ class StreamPoller(MappingThreads):
             )["ShardIterator"]
         return lane
 
-    def _checkpoint_key(self, lane: _Lane) -> str:
+    def _checkpoint_key(self, lane: Lane) -> str:
         key = f"{self.source.label}|{self._stream_arn}|{lane.shard_id}"
         if self._lanes_per_shard == 1:
             return key
         return f"{key}|lane {lane.index + 1} of {self._lanes_per_shard}"
 
-    def _saved_position(self, lane: _Lane) -> str | None:
+    def _saved_position(self, lane: Lane) -> str | None:
         if self._checkpoints is None:
             return None
         saved = self._checkpoints.get(self._checkpoint_key(lane))
@@ -377,17 +248,17 @@ class StreamPoller(MappingThreads):
             saved = self._checkpoints.get(f"{self.source.label}|{self._stream_arn}|{lane.shard_id}")
         return saved
 
-    def _done_with(self, lane: _Lane, count: int) -> None:
+    def _done_with(self, lane: Lane, count: int) -> None:
         """The first `count` pending records are finished for good (processed or discarded)."""
         if count and self._checkpoints is not None:
             self._checkpoints.put(self._checkpoint_key(lane), lane.pending[count - 1].sequence_number)
         del lane.pending[:count]
 
-    def _parent_done(self, shard: _Shard) -> bool:
+    def _parent_done(self, shard: Shard) -> bool:
         parent = shard.parent_id
         return parent is None or parent in self._finished or parent not in self._shards
 
-    def _fetch(self, lane: _Lane) -> bool:
+    def _fetch(self, lane: Lane) -> bool:
         assert lane.iterator is not None
         try:
             raw_records, lane.iterator = self._reader.get_records(lane.iterator)
@@ -414,15 +285,15 @@ class StreamPoller(MappingThreads):
             if self.source.filters and not any(matches(p, record) for p in self.source.filters):
                 continue  # Lambda drops filtered-out records for good
             created = float(record["dynamodb"].get("ApproximateCreationDateTime", now_wall))
-            lane.pending.append(_Pending(record, sequence, created, arrival_time(created, now_wall), now))
+            lane.pending.append(Pending(record, sequence, created, arrival_time(created, now_wall), now))
         # Read again at once only when the read stopped at the record limit (more may be there): a
         # shorter one returned everything written so far, and later writes wake the poller or wait for
         # the poll (so does a read DynamoDB cut at 1 MB first).
-        full = len(raw_records) >= _GET_RECORDS_LIMIT
+        full = len(raw_records) >= GET_RECORDS_LIMIT
         lane.next_fetch_at = now if full else now + POLL_INTERVAL_SECONDS
         return bool(raw_records)
 
-    def _renewed_iterator(self, lane: _Lane) -> str:
+    def _renewed_iterator(self, lane: Lane) -> str:
         kwargs: dict[str, Any] = {"StreamArn": self._stream_arn, "ShardId": lane.shard_id}
         if lane.last_sequence is None:
             kwargs["ShardIteratorType"] = "TRIM_HORIZON"
@@ -431,7 +302,7 @@ class StreamPoller(MappingThreads):
         return self._streams.get_shard_iterator(**kwargs)["ShardIterator"]
 
     # --- batches ----------------------------------------------------------------------------------
-    def _step(self, lane: _Lane) -> bool:
+    def _step(self, lane: Lane) -> bool:
         """Read and invoke at most once for this lane; True when something happened."""
         source = self.source
         progressed = False
@@ -459,16 +330,16 @@ class StreamPoller(MappingThreads):
         self._invoke_apart(lane, lane.pending[:size])
         return True
 
-    def _finish(self, lane: _Lane, batch: list[_Pending], result: InvocationResult) -> None:
+    def _finish(self, lane: Lane, batch: list[Pending], result: InvocationResult) -> None:
         if result.throttled:
             self._throttled(lane, batch, result)
             return
         lane.throttles = 0
-        outcome = self._outcome(result, batch)
+        outcome = batch_outcome(result, batch, self.source.report_batch_item_failures)
         self._record(batch, result, outcome)
         self._settle(lane, batch, result, outcome)
 
-    def _invoke_apart(self, lane: _Lane, batch: list[_Pending]) -> None:
+    def _invoke_apart(self, lane: Lane, batch: list[Pending]) -> None:
         """Invoke a lane's batch in a thread of its own; the poller settles it when it returns (at
         shutdown it is not settled: the batch was not processed)."""
         lane.in_flight = True
@@ -478,7 +349,7 @@ class StreamPoller(MappingThreads):
             name=f"stream-{self.source.label}-{lane.shard_id[-8:]}-{lane.index + 1}",
         )
 
-    def _invoke_batch(self, lane: _Lane, batch: list[_Pending]) -> None:
+    def _invoke_batch(self, lane: Lane, batch: list[Pending]) -> None:
         result: InvocationResult | None = None
         try:  # an exception is reported by the batch thread's edge (threads.py)
             result = self._function.invoke({"Records": [p.record for p in batch]}, throttle=True)
@@ -499,7 +370,7 @@ class StreamPoller(MappingThreads):
                 self._finish(lane, batch, result)
         return settled
 
-    def _throttled(self, lane: _Lane, batch: list[_Pending], result: InvocationResult) -> None:
+    def _throttled(self, lane: Lane, batch: list[Pending], result: InvocationResult) -> None:
         """The function did not run: the same batch again after a backoff, no retry counted, nothing split
         (record age still applies, in _step)."""
         lane.throttles += 1
@@ -515,39 +386,14 @@ class StreamPoller(MappingThreads):
                 {"shard": lane.shard_id, "sequence_numbers": [p.sequence_number for p in batch]},
             )
 
-    def _outcome(self, result: InvocationResult, batch: list[_Pending]) -> _Outcome:
-        everything = tuple(p.sequence_number for p in batch)
-        if not result.ok:
-            return _Outcome(succeeded=0, function_error=True, failed_ids=everything)
-        if not self.source.report_batch_item_failures:
-            return _Outcome(succeeded=len(batch), function_error=False)
-        payload = result.payload
-        failures = payload.get("batchItemFailures") if isinstance(payload, dict) else None
-        if not failures:
-            # An empty or null batchItemFailures, an empty or null response: a complete success.
-            return _Outcome(succeeded=len(batch), function_error=False)
-        positions = {p.sequence_number: index for index, p in enumerate(batch)}
-        failed: list[int] = []
-        for failure in failures if isinstance(failures, list) else [None]:
-            identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
-            if not isinstance(identifier, str) or identifier not in positions:
-                # An empty, null or missing (wrongly keyed) itemIdentifier, or one that is not in the
-                # batch: a complete failure, the whole batch retried. The function did not fail.
-                return _Outcome(succeeded=0, function_error=False, failed_ids=everything)
-            failed.append(positions[identifier])
-        reported = tuple(batch[index].sequence_number for index in sorted(set(failed)))
-        return _Outcome(succeeded=min(failed), function_error=False, failed_ids=reported)
-
-    def _settle(
-        self, lane: _Lane, batch: list[_Pending], result: InvocationResult, outcome: _Outcome
-    ) -> None:
+    def _settle(self, lane: Lane, batch: list[Pending], result: InvocationResult, outcome: Outcome) -> None:
         if lane.planned:
             lane.planned.pop(0)
         if outcome.succeeded == len(batch):
             self._done_with(lane, len(batch))
             lane.attempts, lane.last_failure = 0, None
             return
-        lane.last_failure = _Failure(result, outcome.function_error)
+        lane.last_failure = Failure(result, outcome.function_error)
         if outcome.function_error and self.source.bisect_on_error and len(batch) > 1:
             # BisectBatchOnFunctionError: a failed invocation splits the batch in two, whatever
             # ReportBatchItemFailures says; "splitting batches doesn't consume the retry quota"
@@ -578,7 +424,7 @@ class StreamPoller(MappingThreads):
         lane.planned.insert(0, remaining)
         lane.retry_at = time.monotonic() + min(0.1 * 2 ** (lane.attempts - 1), _MAX_BACKOFF_SECONDS)
 
-    def _discard_expired(self, lane: _Lane) -> bool:
+    def _discard_expired(self, lane: Lane) -> bool:
         """Discard the next batch's leading records older than MaximumRecordAgeInSeconds since they arrived
         in the stream; True if there were any (one OnFailure document per discarded batch)."""
         limit = self.source.maximum_record_age_seconds
@@ -603,11 +449,9 @@ class StreamPoller(MappingThreads):
         lane.throttles = 0
         return True
 
-    def _send_to_destination(self, lane: _Lane, batch: list[_Pending], condition: str) -> None:
-        """The document Lambda sends to a stream mapping's OnFailure destination, as in the example
-        invocation record of https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html:
-        metadata only, batchSize the records of the failed batch (after filtering), functionError null
-        when the function returned (a reported failure) and "Unhandled" when it failed."""
+    def _send_to_destination(self, lane: Lane, batch: list[Pending], condition: str) -> None:
+        """Describe a discarded batch to the mapping's OnFailure destination (stream_failures), or say it
+        was discarded with none."""
         arn = self.source.on_failure_arn
         first, last_record = batch[0], batch[-1]
         summary = (
@@ -618,31 +462,13 @@ class StreamPoller(MappingThreads):
                 "error", self.source.label, f"discarded {summary}; no OnFailure destination"
             )
             return
-        failure = lane.last_failure
-        message = {
-            "requestContext": {
-                "requestId": failure.result.request_id if failure is not None else str(uuid.uuid4()),
-                "functionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self._function.physical_name}",
-                "condition": condition,
-                "approximateInvokeCount": lane.attempts,
-            },
-            "responseContext": {
-                "statusCode": 200,
-                "executedVersion": "$LATEST",
-                "functionError": "Unhandled" if failure is not None and failure.function_error else None,
-            },
-            "version": "1.0",
-            "timestamp": _iso(time.time(), milliseconds=True),
-            "DDBStreamBatchInfo": {
-                "shardId": lane.shard_id,
-                "startSequenceNumber": first.sequence_number,
-                "endSequenceNumber": last_record.sequence_number,
-                "approximateArrivalOfFirstRecord": _iso(first.created_at),
-                "approximateArrivalOfLastRecord": _iso(last_record.created_at),
-                "batchSize": len(batch),
-                "streamArn": self._stream_arn,
-            },
-        }
+        message = on_failure_document(
+            lane,
+            batch,
+            condition,
+            function_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self._function.physical_name}",
+            stream_arn=self._stream_arn,
+        )
         try:
             self._destinations.send(arn, message)
         except (ClientError, BotoCoreError, UnsupportedDestination) as exc:
@@ -655,7 +481,7 @@ class StreamPoller(MappingThreads):
             {"destination": arn, "message": message},
         )
 
-    def _record(self, batch: list[_Pending], result: InvocationResult, outcome: _Outcome) -> None:
+    def _record(self, batch: list[Pending], result: InvocationResult, outcome: Outcome) -> None:
         self._activity.add(
             Invocation(
                 function=self.source.function,

@@ -14,7 +14,7 @@ from tests.support.outbox_corpus import LONG_INTEGER, PoisonRecord, corpus
 from tools.local.console.activity import DEAD_LETTERED, Invocation, Notice, Publication
 from tools.local.console.render import Console, describe_record
 from tools.local.console.reports import FunctionReports, RecordReport
-from tools.local.pollers.stream_poller import lambda_stream_record
+from tools.local.pollers.stream_records import lambda_stream_record
 from tools.local.runtime.functions import FunctionError, InvocationResult
 
 STREAM_ARN = "arn:aws:dynamodb:ddblocal:000000000000:table/local-OrdersTable/stream/2026-11-22T00:00:00.000"

@@ -18,13 +18,12 @@ import pytest
 
 from operations import admin
 from tools.local.inspector.actions import (
-    CommandRun,
-    command_environment,
     recovery_argv,
     recovery_queues,
     run_recovery,
 )
 from tools.local.inspector.api import inspector_for
+from tools.local.operator_commands import CommandRun, command_environment
 from tools.local.pollers.event_sources import EventSources, read_event_sources
 from tools.local.services.emulators import FAKE_CREDENTIALS, Endpoints
 from tools.template import REGION, ROOT, Template

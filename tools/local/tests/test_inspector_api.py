@@ -13,9 +13,9 @@ import pytest
 
 from tools.local.console.activity import ActivityLog, Entry
 from tools.local.gateway.server import ApiServer, HttpAnswer, RouteConflict, RouteTable
-from tools.local.inspector.actions import CommandRun
 from tools.local.inspector.api import InspectorApi
 from tools.local.inspector.stack_view import QueueState, message_summary
+from tools.local.operator_commands import CommandRun
 from tools.local.pollers.event_sources import ApiRoute
 from tools.local.tests.saga_entries import confirmed_saga
 

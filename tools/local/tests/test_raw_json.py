@@ -18,7 +18,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tools.local.pollers.queue_poller import lambda_sqs_record
-from tools.local.pollers.stream_poller import lambda_stream_record
+from tools.local.pollers.stream_records import lambda_stream_record
 from tools.local.processes import free_port
 from tools.local.services.emulators import FAKE_CREDENTIALS, START_TIMEOUT_SECONDS, MotoServer
 from tools.local.services.raw_json import RAW_JSON, UnreadableResponse, keep_raw_json, raw_json

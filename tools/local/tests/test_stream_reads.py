@@ -12,7 +12,8 @@ import pytest
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.pollers.destinations import FailureDestinations
 from tools.local.pollers.event_sources import StreamSource
-from tools.local.pollers.stream_poller import POLL_INTERVAL_SECONDS, StreamPoller, _Lane, _Shard
+from tools.local.pollers.stream_lanes import Lane, Shard
+from tools.local.pollers.stream_poller import POLL_INTERVAL_SECONDS, StreamPoller
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 from tools.local.services.emulators import FAKE_CREDENTIALS
 
@@ -47,12 +48,12 @@ def activity() -> ActivityLog:
 
 
 @pytest.fixture
-def lane() -> _Lane:
-    return _Lane(shard_id="shardId-1", iterator="iterator", next_fetch_at=NOT_DUE)
+def lane() -> Lane:
+    return Lane(shard_id="shardId-1", iterator="iterator", next_fetch_at=NOT_DUE)
 
 
 @pytest.fixture
-def poller(activity: ActivityLog, lane: _Lane) -> StreamPoller:
+def poller(activity: ActivityLog, lane: Lane) -> StreamPoller:
     streams = boto3.client(
         "dynamodbstreams",
         endpoint_url="http://127.0.0.1:9",  # never called: reads go through the poller's reader
@@ -69,7 +70,7 @@ def poller(activity: ActivityLog, lane: _Lane) -> StreamPoller:
         activity,
         woken_by=frozenset({"Writer"}),
     )
-    poller._shards[lane.shard_id] = _Shard(lane.shard_id, None, [lane])
+    poller._shards[lane.shard_id] = Shard(lane.shard_id, None, [lane])
     return poller
 
 
@@ -78,7 +79,7 @@ def ended(function: str) -> Invocation:
 
 
 def test_an_invocation_of_a_function_that_cannot_write_the_table_starts_no_read(
-    poller: StreamPoller, activity: ActivityLog, lane: _Lane
+    poller: StreamPoller, activity: ActivityLog, lane: Lane
 ) -> None:
     activity.add(ended("Reader"))
 
@@ -88,7 +89,7 @@ def test_an_invocation_of_a_function_that_cannot_write_the_table_starts_no_read(
 
 
 def test_an_invocation_of_a_writer_makes_a_read_due_at_once(
-    poller: StreamPoller, activity: ActivityLog, lane: _Lane
+    poller: StreamPoller, activity: ActivityLog, lane: Lane
 ) -> None:
     activity.add(ended("Writer"))
     began = time.monotonic()
@@ -99,9 +100,7 @@ def test_an_invocation_of_a_writer_makes_a_read_due_at_once(
     assert time.monotonic() - began < POLL_INTERVAL_SECONDS
 
 
-def test_a_batch_of_its_own_that_returned_is_settled_without_a_read(
-    poller: StreamPoller, lane: _Lane
-) -> None:
+def test_a_batch_of_its_own_that_returned_is_settled_without_a_read(poller: StreamPoller, lane: Lane) -> None:
     poller._returned.put((lane, [], None))
     poller._wake.set()  # as the batch's thread does
     began = time.monotonic()
@@ -115,7 +114,7 @@ def test_a_batch_of_its_own_that_returned_is_settled_without_a_read(
 
 @pytest.mark.parametrize(("returned", "again_at_once"), [(0, False), (3, False), (1000, True)])
 def test_a_read_is_repeated_at_once_only_when_it_stopped_at_the_record_limit(
-    poller: StreamPoller, lane: _Lane, returned: int, again_at_once: bool
+    poller: StreamPoller, lane: Lane, returned: int, again_at_once: bool
 ) -> None:
     poller._reader = cast(Any, Reads(returned))
     before = time.monotonic()

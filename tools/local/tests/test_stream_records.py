@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.local.pollers.stream_poller import lambda_stream_record
+from tools.local.pollers.stream_records import lambda_stream_record
 
 STREAM_ARN = "arn:aws:dynamodb:ddblocal:000000000000:table/t/stream/2026-11-22T00:00:00.000"
 

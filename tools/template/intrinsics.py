@@ -1,0 +1,57 @@
+"""The vocabulary of CloudFormation's intrinsic functions that translate.py's three parts share.
+
+Which one-key mappings are intrinsic functions (INTRINSICS, is_intrinsic), the `${...}` placeholders of
+an Fn::Sub (PLACEHOLDER), AWS::NoValue while a value is being resolved (NO_VALUE) and a scalar as
+CloudFormation passes it on, a string (cfn_string): used by the transforms (transforms.py), the stack's
+resolution (translate.py) and the comparison of two stacks (comparison.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+class _NoValue:
+    def __repr__(self) -> str:
+        return "AWS::NoValue"
+
+
+NO_VALUE: Any = _NoValue()
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+
+
+INTRINSICS = frozenset(
+    {
+        "Ref",
+        "Condition",
+        "Fn::Base64",
+        "Fn::Cidr",
+        "Fn::FindInMap",
+        "Fn::GetAtt",
+        "Fn::GetAZs",
+        "Fn::If",
+        "Fn::ImportValue",
+        "Fn::Join",
+        "Fn::Length",
+        "Fn::Select",
+        "Fn::Split",
+        "Fn::Sub",
+        "Fn::ToJsonString",
+        "Fn::Transform",
+        "Fn::Equals",
+        "Fn::And",
+        "Fn::Or",
+        "Fn::Not",
+    }
+)
+
+
+def is_intrinsic(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in INTRINSICS
+
+
+def cfn_string(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
