@@ -216,10 +216,10 @@ fuzz: $(STAMP) $(NODE_STAMP) ## schemathesis: REQUESTS=1000 generated requests a
 # transactions, the consumers' idempotency and the recovery commands are tested. The five product
 # modules take about 20 minutes on 2 cores; the recovery commands over an hour more (their tests drive
 # the CLI on moto: a few mutants a minute), so a quick run names its modules: MUTANTS="'shop.domain.orders.*'".
-# `make mutation MUTANTS=` tests all of them (adapters/outbox_items too: most relay and recovery tests
+# `make mutation MUTANTS=` tests all of them (adapters/dynamodb/outbox_items too: most relay and recovery tests
 # read an outbox item, so each of its mutants runs them all).
-MUTANTS         ?= 'shop.adapters.order_repository.*' 'shop.domain.orders.*' 'shop.runtime.consumer.*' \
-                   'shop.adapters.inventory_repository.*' 'shop.domain.inventory.*' \
+MUTANTS         ?= 'shop.adapters.dynamodb.order_repository.*' 'shop.domain.orders.*' 'shop.runtime.consumer.*' \
+                   'shop.adapters.dynamodb.inventory_repository.*' 'shop.domain.inventory.*' \
                    'operations.recovery.*' 'operations.admin.*'
 MUTATION_DIR    := .mutation
 MUTATION_LINKS  := tests tools operations functions events nested template.yaml pyproject.toml

@@ -45,8 +45,8 @@ from operations import local_stack
 from operations.dead_letters import NoDestination, move_messages, source_queue
 from operations.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
 from shop.adapters import aws
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
 from shop.adapters.eventbridge import EventPublisher
-from shop.adapters.inventory_repository import DynamoInventoryRepository
 from shop.adapters.poison_queue import PoisonQueue, checked_poison_message
 from shop.domain.envelope import parse_time
 from shop.domain.errors import InvalidEnvelope

@@ -38,18 +38,21 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shop.adapters import aws, keys
-from shop.adapters.outbox_items import (
+from shop.adapters import aws
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import (
     decode_outbox_image,
     event_id_of_image,
     is_outbox_image,
     outbox_expiry,
+    poison_record,
 )
+from shop.adapters.poison_queue import parked_poison
 from shop.domain.envelope import now as utc_now
 from shop.domain.envelope import parse_time
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import OutboxEntry, outbox_entry
-from shop.domain.poison import PoisonRecord, PoisonSink
+from shop.domain.poison import ParkedPoison, PoisonSink, RowPosition, StreamPosition
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger
 from shop.runtime.relay import StreamChange
@@ -269,18 +272,38 @@ class OutboxRecovery:
         return _StreamRead(changes, reached_end=False, calls=calls)
 
     # --- parked poison ----------------------------------------------------------------------------
-    def redrive_parked(self, body: dict[str, Any], *, through_order_store: bool = True) -> RecoveryReport:
-        """Republish a record the relay parked, once whatever made it unpublishable has been fixed."""
+    def redrive_parked(self, body: dict[str, Any]) -> RecoveryReport:
+        """Republish a record the relay parked, once whatever made it unpublishable has been fixed: the
+        record's position hands it to the redrive for its store (from_stream, from_outbox_row)."""
+        return parked_poison(body).redrive(self)
+
+    def from_stream(self, parked: ParkedPoison, position: StreamPosition) -> RecoveryReport:
+        """A record a stream relay parked: an outbox item (DynamoDB attribute-value form), from the message
+        or, too large for it, from its table by its key."""
         report = RecoveryReport(source="poison queue", expected=1)
-        event_id = str(body.get("eventId"))
-        image = body.get("item")
-        key = body.get("key") or {}
-        postgres_row = (isinstance(image, dict) and image.get("store") == "postgres") or (
-            image is None and key.get("store") == "postgres"
-        )
-        if postgres_row and through_order_store and self._order_store is not None:
-            return self.redrive_parked_row(event_id, image)
-        if image is None and key.get("store") == "postgres":
+        event_id, image = parked.event_id, parked.image
+        if image is None:  # too large for the message: read it from the table by its key
+            table = table_of_stream(str(position.stream_arn or ""))
+            image = aws.dynamodb().get_item(TableName=table, Key=parked.key, ConsistentRead=True).get("Item")
+            if image is None:
+                report.missing.append(f"parked event {event_id} is no longer in {table} (deleted by TTL?)")
+                return report
+        if not isinstance(image, dict):
+            report.missing.append(f"parked event {event_id}: the message's item is not a DynamoDB item")
+            return report
+        item, limit = image, self._max_event_bytes
+        return self._republish_parked(event_id, report, lambda: decode_outbox_image(item, limit))
+
+    def from_outbox_row(self, parked: ParkedPoison, position: RowPosition) -> RecoveryReport:
+        """A row the PostgreSQL outbox publisher parked: through the order database when its maintenance
+        function is at hand (redrive_parked_row), else from the message."""
+        if self._order_store is not None:
+            return self.redrive_parked_row(parked.event_id, parked.image)
+        return self._republish_parked_row(parked.event_id, parked.image, parked.key)
+
+    def _republish_parked_row(self, event_id: str, row: object, key: dict[str, Any]) -> RecoveryReport:
+        report = RecoveryReport(source="poison queue", expected=1)
+        if not isinstance(row, dict):
             # Too large for the message, and the order database is out of reach (a private VPC).
             report.missing.append(
                 f"parked event {event_id} is outbox row {key.get('position')} of the order database, "
@@ -288,18 +311,14 @@ class OutboxRecovery:
                 "function (give --stack-name, or --order-store-function)"
             )
             return report
-        if image is None:  # too large for the message: read it from the table by its key
-            table = table_of_stream(str(body.get("streamArn") or ""))
-            image = aws.dynamodb().get_item(TableName=table, Key=body["key"], ConsistentRead=True).get("Item")
-            if image is None:
-                report.missing.append(f"parked event {event_id} is no longer in {table} (deleted by TTL?)")
-                return report
-        if not isinstance(image, dict):
-            report.missing.append(f"parked event {event_id}: the message's item is not a DynamoDB item")
-            return report
+        return self._republish_parked(event_id, report, lambda: self._row_entry(row))
+
+    def _republish_parked(
+        self, event_id: str, report: RecoveryReport, entry_of: Callable[[], OutboxEntry]
+    ) -> RecoveryReport:
         report.found = 1
         try:
-            entry = self._parked_entry(image)
+            entry = entry_of()
         except InvalidEnvelope as exc:
             report.unpublished.append(event_id)
             report.missing.append(f"event {event_id} is still unpublishable: {exc.message} {exc.details}")
@@ -320,7 +339,7 @@ class OutboxRecovery:
             )
         return report
 
-    def redrive_parked_row(self, event_id: str, image: dict[str, Any] | None) -> RecoveryReport:
+    def redrive_parked_row(self, event_id: str, image: object) -> RecoveryReport:
         """OrderStore=postgres: redrive the parked row from the order database, through its maintenance
         function (shop.runtime.order_store_poison), so that the row is marked redriven and, whatever its
         message holds, republished under either relay. A row no longer in the database is republished
@@ -332,7 +351,7 @@ class OutboxRecovery:
                 "parked row not in the order database: republished from its message",
                 extra={"event_id": event_id},
             )
-            return self.redrive_parked({"eventId": event_id, "item": image}, through_order_store=False)
+            return self._republish_parked_row(event_id, image, {})
         report = RecoveryReport(source="order database", expected=1)
         if event_id in answer.get("missing", []):
             report.missing.append(
@@ -356,12 +375,9 @@ class OutboxRecovery:
             )
         return report
 
-    def _parked_entry(self, item: dict[str, Any]) -> OutboxEntry:
-        """The entry of a parked record: an outbox item the stream relay parked (DynamoDB attribute-value
-        form), or an outbox row the PostgreSQL polling publisher parked (`store` = postgres)."""
-        if item.get("store") != "postgres":
-            return decode_outbox_image(item, self._max_event_bytes)
-        envelope, trace_header = item.get("envelope"), item.get("traceHeader")
+    def _row_entry(self, row: dict[str, Any]) -> OutboxEntry:
+        """The entry of an outbox row the PostgreSQL outbox publisher parked, as its message holds it."""
+        envelope, trace_header = row.get("envelope"), row.get("traceHeader")
         if not isinstance(envelope, str):
             raise InvalidEnvelope("the parked outbox row has no envelope string")
         return outbox_entry(
@@ -523,15 +539,8 @@ class OutboxRecovery:
     def _park(
         self, image: dict[str, Any], exc: InvalidEnvelope, report: RecoveryReport, stream_arn: str | None
     ) -> None:
-        event_id = event_id_of_image(image)
-        record = PoisonRecord(
-            sequence_number="",
-            event_id=event_id,
-            reason=exc.message,
-            details=exc.details,
-            image=image,
-            stream_arn=stream_arn,
-        )
+        record = poison_record(image, exc, StreamPosition("", stream_arn))
+        event_id = record.event_id
         try:
             self._poison_sink.park(record)
         except ClientError as error:

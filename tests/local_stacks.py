@@ -1,15 +1,18 @@
 """The local stack for the layers that run it (tests/integration, tests/conformance): the session
 fixtures' bodies (tests/conftest.py holds the fixtures, so both layers share one of each per session)
-and the helpers their tests start and stop stacks of their own with.
+and the helpers their tests start and stop stacks of their own with, and place orders through a stack's API.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from tools.local.processes import live_children
 from tools.local.services.emulators import LocalServices
@@ -36,6 +39,22 @@ def probe_template_data() -> dict[str, Any]:
     data = copy.deepcopy(Template.load().data)
     data["Resources"].update(load_yaml(PROBE_FRAGMENT)["Resources"])
     return data
+
+
+def created_order(
+    stack: LocalStack, customer: str, items: list[dict[str, Any]], headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """POST /orders on the stack's API, in USD, under a fresh Idempotency-Key (with any other headers
+    given): the order it answered 201 Created with."""
+    response = requests.post(
+        f"{stack.api_url}/orders",
+        json={"customerId": customer, "currency": "USD", "items": items},
+        headers={"Idempotency-Key": str(uuid.uuid4()), **(headers or {})},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    order: dict[str, Any] = response.json()
+    return order
 
 
 def start_stack(template: Template, options: StackOptions, services: LocalServices) -> LocalStack:

@@ -86,6 +86,23 @@ def running_stack(
         stop_stack(stack)
 
 
+def stack_fixture(
+    name: str, resources: Callable[[Path], dict[str, Any]], modules: dict[str, str] | None = None
+) -> Any:
+    """A module-scoped fixture of the running stack `name` (running_stack), its code the holding handler
+    unless `modules` say otherwise: assign it to the fixture's name in the test module."""
+
+    @pytest.fixture(scope="module")
+    def stack(
+        local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[LocalStack]:
+        code = modules or {HOLDING_MODULE: HOLDING_HANDLER}
+        with running_stack(name, resources, code, local_services, tmp_path_factory) as running:
+            yield running
+
+    return stack
+
+
 @contextlib.contextmanager
 def reserved_concurrency_in_use(
     stack: LocalStack, function: str, seconds: float, marker_dir: Path

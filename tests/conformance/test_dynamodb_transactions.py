@@ -4,8 +4,9 @@ TransactWriteItems, ClientRequestToken (DynamoDB API reference): "multiple ident
 same effect as one single call"; "If you submit a request with the same client token but a change in
 other parameters within the 10-minute idempotency window, DynamoDB returns an
 IdempotentParameterMismatch exception." The order store resends a transaction whose outcome it does not
-know (a read timeout after the SDK's retries) with its token (shop/adapters/dynamo.py): a transaction
-that committed answers as committed, so the API answers like the first call instead of 500.
+know (a read timeout after the SDK's retries) with its token
+(shop/adapters/dynamodb/transactions.py): a transaction that committed answers as committed, so the API
+answers like the first call instead of 500.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from shop.adapters import keys, outbox_items
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb import keys, outbox_items
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from tests.conftest import reset_process_state

@@ -27,21 +27,15 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from tests.conformance.stacks import (
-    HOLDING_HANDLER,
-    HOLDING_MODULE,
     function_resource,
     reserved_concurrency_in_use,
-    running_stack,
+    stack_fixture,
 )
 from tools.local.console.activity import Invocation
-from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack
 
 if TYPE_CHECKING:
@@ -101,18 +95,7 @@ def throttling_resources(code_dir: Path) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def throttling_stack(
-    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalStack]:
-    with running_stack(
-        "sqs-throttling",
-        throttling_resources,
-        {HOLDING_MODULE: HOLDING_HANDLER},
-        local_services,
-        tmp_path_factory,
-    ) as stack:
-        yield stack
+throttling_stack = stack_fixture("sqs-throttling", throttling_resources)
 
 
 # --- helpers ------------------------------------------------------------------------------------------

@@ -34,7 +34,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,15 +41,12 @@ from typing import Any
 import pytest
 
 from tests.conformance.stacks import (
-    HOLDING_HANDLER,
-    HOLDING_MODULE,
     function_resource,
     reserved_concurrency_in_use,
-    running_stack,
+    stack_fixture,
 )
 from tests.support import stream_table_resource
 from tools.local.console.activity import Invocation
-from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack
 
 WAIT_SECONDS = 20
@@ -161,6 +157,16 @@ class OnFailureQueue:
         )
         assert len(found) == 1, found
         return found[0]
+
+
+def failed_batch(
+    stack: LocalStack, function: str, table: str, key: str, failures: OnFailureQueue
+) -> tuple[Invocation, dict[str, Any], list[Invocation]]:
+    """The first batch the function got with the record of `key`; the OnFailure document of the batch
+    that starts at that record; then every batch that held it, in order."""
+    first = wait_for_delivery(stack, function, table, key)
+    message = failures.wait_for(sequence_of(record_of(first, key)))
+    return first, message, batches_with(stack, function, table, key)
 
 
 def assert_lambdas_failure_document(message: dict[str, Any], stack: LocalStack, table: str) -> None:
@@ -286,14 +292,7 @@ def answer_resources(code_dir: Path) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def answer_stack(
-    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalStack]:
-    with running_stack(
-        "answers", answer_resources, {"answers": ANSWER_HANDLER}, local_services, tmp_path_factory
-    ) as stack:
-        yield stack
+answer_stack = stack_fixture("answers", answer_resources, {"answers": ANSWER_HANDLER})
 
 
 @pytest.fixture(scope="module")
@@ -311,6 +310,13 @@ def answer_item(key: str, respond: str | None = None, fail_once: bool = False) -
 
 
 # --- 1. which partial batch responses are valid -------------------------------------------------------
+def three_written_together(stack: LocalStack, table: str, prefix: str, response: str) -> list[str]:
+    """Three items written together, the function answering `response` to the first: their keys, in order."""
+    keys = [unique(prefix), unique("second"), unique("third")]
+    write_together(stack, table, answer_item(keys[0], respond=response), *map(answer_item, keys[1:]))
+    return keys
+
+
 COMPLETE_SUCCESS = {
     "an empty batchItemFailures list": '{"batchItemFailures": []}',
     "a null batchItemFailures list": '{"batchItemFailures": null}',
@@ -362,20 +368,12 @@ def test_an_invalid_item_identifier_fails_the_whole_batch_and_counts_a_retry(
     OnFailure document (https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html) has
     no functionError.
     """
-    answering, second, third = unique("bad-answer"), unique("second"), unique("third")
-    write_together(
-        answer_stack,
-        "AnswerTable",
-        answer_item(answering, respond=response),
-        answer_item(second),
-        answer_item(third),
+    answering, second, third = three_written_together(answer_stack, "AnswerTable", "bad-answer", response)
+
+    first_batch, message, attempts = failed_batch(
+        answer_stack, ANSWERS, "AnswerTable", answering, answer_failures
     )
-    first_batch = wait_for_delivery(answer_stack, ANSWERS, "AnswerTable", answering)
-    start = sequence_of(record_of(first_batch, answering))
 
-    message = answer_failures.wait_for(start)
-
-    attempts = batches_with(answer_stack, ANSWERS, "AnswerTable", answering)
     assert [keys_in(batch) for batch in attempts] == [[answering, second, third]] * 2, (
         "the whole batch, twice"
     )
@@ -398,20 +396,15 @@ def test_with_bisect_an_invalid_item_identifier_still_retries_the_whole_batch(
     retried by the retry strategy. Here the function returned normally, so nothing bisects it: the whole
     batch is retried, once, and discarded whole (AnswerBisectTable: BisectBatchOnFunctionError on).
     """
-    answering, second, third = unique("bisect-bad-answer"), unique("second"), unique("third")
     response = COMPLETE_FAILURE["an empty string itemIdentifier"]
-    write_together(
-        answer_stack,
-        "AnswerBisectTable",
-        answer_item(answering, respond=response),
-        answer_item(second),
-        answer_item(third),
+    answering, second, third = three_written_together(
+        answer_stack, "AnswerBisectTable", "bisect-bad-answer", response
     )
-    first_batch = wait_for_delivery(answer_stack, ANSWERS, "AnswerBisectTable", answering)
 
-    message = answer_failures.wait_for(sequence_of(record_of(first_batch, answering)))
+    _, message, attempts = failed_batch(
+        answer_stack, ANSWERS, "AnswerBisectTable", answering, answer_failures
+    )
 
-    attempts = batches_with(answer_stack, ANSWERS, "AnswerBisectTable", answering)
     assert [keys_in(batch) for batch in attempts] == [[answering, second, third]] * 2, "never split"
     assert message["requestContext"]["approximateInvokeCount"] == 2
     assert message["DDBStreamBatchInfo"]["batchSize"] == 3
@@ -484,12 +477,10 @@ def test_a_partial_response_with_bisect_retries_only_the_remaining_records_and_c
         probe_item(third),
         probe_item(fourth),
     )
-    first = wait_for_delivery(probe_stack, PROBE, "ProbeBisectTable", poison)
+
+    first, message, attempts = failed_batch(probe_stack, PROBE, "ProbeBisectTable", poison, bisect_failures)
+
     poison_sequence = sequence_of(record_of(first, poison))
-
-    message = bisect_failures.wait_for(poison_sequence)
-
-    attempts = batches_with(probe_stack, PROBE, "ProbeBisectTable", poison)
     assert [keys_in(batch) for batch in attempts] == [
         [healthy, poison, third, fourth],
         [poison, third, fourth],
@@ -688,18 +679,7 @@ def throttle_resources(code_dir: Path) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def throttle_stack(
-    local_services: LocalServices, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalStack]:
-    with running_stack(
-        "stream-throttling",
-        throttle_resources,
-        {HOLDING_MODULE: HOLDING_HANDLER},
-        local_services,
-        tmp_path_factory,
-    ) as stack:
-        yield stack
+throttle_stack = stack_fixture("stream-throttling", throttle_resources)
 
 
 def test_a_throttled_batch_is_retried_until_too_old_not_counted_toward_maximum_retry_attempts(

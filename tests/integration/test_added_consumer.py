@@ -12,15 +12,14 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from tests.integration.conftest import start_stack, stop_stack
+from tests.local_stacks import created_order
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
 from tools.template import ROOT, TEMPLATE_PATH, Template
@@ -100,18 +99,8 @@ def test_the_added_consumer_receives_and_applies_its_events(receipt_stack: Local
     assert "ReceiptQueue" in {source.queue for source in receipt_stack.sources.queues}
 
     # When an order is created through the API
-    response = requests.post(
-        f"{receipt_stack.api_url}/orders",
-        json={
-            "customerId": "c-receipt",
-            "currency": "USD",
-            "items": [{"sku": "SKU-R", "quantity": 3, "unitPrice": 250}],
-        },
-        headers={"Idempotency-Key": str(uuid.uuid4())},
-        timeout=10,
-    )
-    assert response.status_code == 201, response.text
-    order_id = response.json()["orderId"]
+    order = created_order(receipt_stack, "c-receipt", [{"sku": "SKU-R", "quantity": 3, "unitPrice": 250}])
+    order_id = order["orderId"]
 
     # Then its OrderCreated reached the receipt consumer through its rule and queue, and it applied it
     [receipt] = receipt_stack.wait_for(

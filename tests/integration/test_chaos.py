@@ -359,55 +359,6 @@ def _slot_changes(*transactions: tuple[int, list[str]], read_to: int) -> SlotCha
     return SlotChanges(decoded, read_to)
 
 
-def test_the_logical_relay_dies_after_a_slot_advance_past_outbox_rows_once_the_slot_has_moved(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    """The hook on the logical relay module's advance_slot: the real advance first; a crash only when it
-    moved the slot past outbox rows (the first such advance: `ensure`), each recorded, up to the cap."""
-    spec = FunctionPlan(RELAY, 70.0, {RELAY_CRASH_AFTER_ADVANCE: FaultSpec(0.0, 1)})
-    plan = Plan(
-        seed=1,
-        stack_name="chaos",
-        ledger=str(tmp_path / "ledger.jsonl"),
-        state_dir=str(tmp_path / "state"),
-        max_receive_count=5,
-        client_timeout_seconds=3.0,
-        idempotency_table="idempotency",
-        business_tables=(),
-        functions={PUBLISHER: spec},
-    )
-    injector = faults.Injector(plan, PUBLISHER, spec)
-    slot = {"confirmed": 100}
-    reads: list[SlotChanges] = []
-
-    def advance_slot(cursor: object, name: str, lsn: int) -> bool:
-        moved = lsn > slot["confirmed"]
-        slot["confirmed"] = max(slot["confirmed"], lsn)
-        return moved
-
-    module = types.ModuleType("logical_relay_stand_in")
-    module.peek_changes = lambda cursor, name, limit: reads.pop(0)  # type: ignore[attr-defined]
-    module.advance_slot = advance_slot  # type: ignore[attr-defined]
-    monkeypatch.setattr(replication, "confirmed_lsn", lambda cursor, name: slot["confirmed"])
-    injector.wrap_slot(module)
-
-    reads.append(_slot_changes((200, []), read_to=300))  # WAL without outbox rows
-    module.peek_changes(None, "s", 500)
-    assert module.advance_slot(None, "s", 300) is True
-    reads.append(_slot_changes((400, ["e1", "e2"]), (450, ["e3"]), read_to=500))
-    module.peek_changes(None, "s", 500)
-    assert module.advance_slot(None, "s", 300) is False  # not moved: no crash either
-    with pytest.raises(injection.ChaosCrash):
-        module.advance_slot(None, "s", 400)  # past e1 and e2 (not e3)
-    assert slot["confirmed"] == 400  # the advance happened before the crash
-    assert module.advance_slot(None, "s", 500) is True  # the cap (1) is reached
-
-    (entry,) = injector.ledger.entries()
-    assert entry["kind"] == RELAY_CRASH_AFTER_ADVANCE
-    assert entry["event_ids"] == ["e1", "e2"]
-    assert entry["confirmed_lsn"] == "0/190"
-
-
 def _plan(tmp_path: Path, function: str, spec: FunctionPlan) -> Plan:
     return Plan(
         seed=1,
@@ -420,6 +371,60 @@ def _plan(tmp_path: Path, function: str, spec: FunctionPlan) -> Plan:
         business_tables=(),
         functions={function: spec},
     )
+
+
+def _relay_injector(tmp_path: Path, kinds: set[str]) -> faults.Injector:
+    """The fault injector of a publisher running the logical relay, each kind armed once, at once."""
+    spec = FunctionPlan(RELAY, 70.0, {kind: FaultSpec(0.0, 1) for kind in kinds})
+    return faults.Injector(_plan(tmp_path, PUBLISHER, spec), PUBLISHER, spec)
+
+
+class _Slot:
+    """A replication slot in memory behind a stand-in of the logical relay module (`relay`): its
+    peek_changes hands out the reads queued; its advance_slot moves the confirmed position forward (noted
+    in `calls`) and says whether it moved; replication.confirmed_lsn reads that position."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.confirmed = 100
+        self.reads: list[SlotChanges] = []
+        self.calls: list[str] = []
+        self.relay = types.ModuleType("logical_relay_stand_in")
+        self.relay.peek_changes = lambda cursor, name, limit: self.reads.pop(0)  # type: ignore[attr-defined]
+        self.relay.advance_slot = self._advance  # type: ignore[attr-defined]
+        monkeypatch.setattr(replication, "confirmed_lsn", lambda cursor, name: self.confirmed)
+
+    def _advance(self, cursor: object, name: str, lsn: int) -> bool:
+        self.calls.append(f"advance {lsn}")
+        moved = lsn > self.confirmed
+        self.confirmed = max(self.confirmed, lsn)
+        return moved
+
+
+def test_the_logical_relay_dies_after_a_slot_advance_past_outbox_rows_once_the_slot_has_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The hook on the logical relay module's advance_slot: the real advance first; a crash only when it
+    moved the slot past outbox rows (the first such advance: `ensure`), each recorded, up to the cap."""
+    injector = _relay_injector(tmp_path, {RELAY_CRASH_AFTER_ADVANCE})
+    slot = _Slot(monkeypatch)
+    module = slot.relay
+    injector.wrap_slot(module)
+
+    slot.reads.append(_slot_changes((200, []), read_to=300))  # WAL without outbox rows
+    module.peek_changes(None, "s", 500)
+    assert module.advance_slot(None, "s", 300) is True
+    slot.reads.append(_slot_changes((400, ["e1", "e2"]), (450, ["e3"]), read_to=500))
+    module.peek_changes(None, "s", 500)
+    assert module.advance_slot(None, "s", 300) is False  # not moved: no crash either
+    with pytest.raises(injection.ChaosCrash):
+        module.advance_slot(None, "s", 400)  # past e1 and e2 (not e3)
+    assert slot.confirmed == 400  # the advance happened before the crash
+    assert module.advance_slot(None, "s", 500) is True  # the cap (1) is reached
+
+    (entry,) = injector.ledger.entries()
+    assert entry["kind"] == RELAY_CRASH_AFTER_ADVANCE
+    assert entry["event_ids"] == ["e1", "e2"]
+    assert entry["confirmed_lsn"] == "0/190"
 
 
 def test_the_migration_function_arms_a_publisher_crash_at_each_step_of_a_switch(tmp_path: Path):
@@ -568,21 +573,9 @@ def test_the_logical_relay_dies_around_a_replay_sets_activation_and_after_a_chun
     crash when, the activation committed, the slot is about to pass the set's message (not before: the
     advance inside the round stops short of it); a crash after a chunk of a set went out."""
     kinds = {RELAY_CRASH_AFTER_SET_ACTIVATION, RELAY_CRASH_BEFORE_PASSING_SET, RELAY_CRASH_AFTER_SET_CHUNK}
-    spec = FunctionPlan(RELAY, 70.0, {kind: FaultSpec(0.0, 1) for kind in kinds})
-    injector = faults.Injector(_plan(tmp_path, PUBLISHER, spec), PUBLISHER, spec)
-    slot = {"confirmed": 100}
-    reads: list[SlotChanges] = []
-    calls: list[str] = []
-
-    def advance_slot(cursor: object, name: str, lsn: int) -> bool:
-        calls.append(f"advance {lsn}")
-        moved = lsn > slot["confirmed"]
-        slot["confirmed"] = max(slot["confirmed"], lsn)
-        return moved
-
-    relay = types.ModuleType("logical_relay_stand_in")
-    relay.peek_changes = lambda cursor, name, limit: reads.pop(0)  # type: ignore[attr-defined]
-    relay.advance_slot = advance_slot  # type: ignore[attr-defined]
+    injector = _relay_injector(tmp_path, kinds)
+    slot = _Slot(monkeypatch)
+    calls, relay = slot.calls, slot.relay
     sets = types.ModuleType("replays_stand_in")
     sets.activate = lambda cursor, ids: calls.append(f"activate {ids}")  # type: ignore[attr-defined]
 
@@ -592,14 +585,13 @@ def test_the_logical_relay_dies_around_a_replay_sets_activation_and_after_a_chun
 
     sets.mark_done = mark_done  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, faults_relay.REPLAYS_MODULE, sets)
-    monkeypatch.setattr(replication, "confirmed_lsn", lambda cursor, name: slot["confirmed"])
     injector.wrap_slot(relay)
     moment = datetime(2026, 11, 25, tzinfo=UTC)
     message = DecodedTransaction(300, moment, [], replay_ids=[7])
     cursor = _Cursor()
 
     def round_reading_the_message() -> None:
-        reads.append(SlotChanges([DecodedTransaction(200, moment), message], read_to_lsn=400))
+        slot.reads.append(SlotChanges([DecodedTransaction(200, moment), message], read_to_lsn=400))
         relay.peek_changes(cursor, "s", 500)
 
     round_reading_the_message()
@@ -611,7 +603,7 @@ def test_the_logical_relay_dies_around_a_replay_sets_activation_and_after_a_chun
     with pytest.raises(injection.ChaosCrash):
         relay.advance_slot(cursor, "s", 400)  # after the COMMIT: past it, and the process dies first
     assert calls == ["activate [7]", "activate [7]", "advance 200"]
-    assert slot["confirmed"] == 200  # the message is read again, its set found activated
+    assert slot.confirmed == 200  # the message is read again, its set found activated
     sets.mark_done(cursor, [])  # nothing drained: no opportunity
     with pytest.raises(injection.ChaosCrash):
         sets.mark_done(cursor, [11, 12])

@@ -24,19 +24,20 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 
-from shop.adapters import keys
-from shop.adapters.outbox_items import outbox_item
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import outbox_item
 from shop.domain.envelope import CloudEvent, format_time, now
 from shop.domain.orders import EVENT_SOURCE, ORDER_CONFIRMED
 from tests.local_stacks import start_stack, stop_stack
 from tools.chaos import refusals
-from tools.local.inspector.browser import browser_tests_gate, headless_chromium
+from tools.local.inspector.browser import browser_tests_gate
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.local.tests.saga_entries import CONFIRMED_SAGA_HOPS
 from tools.template import Template
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, Locator, Page
+    from playwright.sync_api import Locator, Page
 
 # ("run", None), ("skip", why) where there is no Chromium, ("fail", why) where there is none and CI is set.
 GATE, WHY = browser_tests_gate()
@@ -45,40 +46,14 @@ pytestmark = pytest.mark.skipif(GATE == "skip", reason=str(WHY))
 SAGA_MS = 20_000  # a bound on waiting, not a speed target
 COMMAND_MS = 60_000  # a redrive runs `python -m operations` in a process of its own
 NOT_RETRIED = "\u2013"  # the page's dash for a request or publication: nothing to retry
-SAGA = [
-    ("OrdersApiFunction", ""),
-    ("OutboxRelayFunction", "OrderCreated"),
-    ("InventoryFunction", "OrderCreated"),
-    ("OutboxRelayFunction", "InventoryReserved"),
-    ("OrderStatusFunction", "InventoryReserved"),
-    ("OutboxRelayFunction", "OrderConfirmed"),
-    ("NotificationFunction", "OrderConfirmed"),
-    ("NotificationTopic", "OrderConfirmed"),
-]
+# The page says data-event-type="" for the API request.
+SAGA = [(function, event_type or "") for function, event_type in CONFIRMED_SAGA_HOPS]
 
 
 def test_ci_has_the_chromium_the_browser_tests_need() -> None:
     """Passes where Chromium is; fails with CI set and no Chromium (elsewhere the module is skipped)."""
     if GATE == "fail":
         pytest.fail(str(WHY), pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[BrowserContext]:
-    if GATE == "fail":  # CI without Chromium: the test above fails for all of them, once
-        pytest.skip("no Chromium, and CI is set: test_ci_has_the_chromium_the_browser_tests_need says why")
-    with headless_chromium() as context:
-        yield context
-
-
-@pytest.fixture
-def page(browser: BrowserContext) -> Iterator[Page]:
-    from playwright.sync_api import expect
-
-    expect.set_options(timeout=SAGA_MS)
-    opened = browser.new_page()
-    yield opened
-    opened.close()
 
 
 def rows(page: Page) -> Locator:

@@ -27,13 +27,13 @@ import pytest
 from shop.domain.inventory import INVENTORY_RESERVED
 from tests.local_stacks import start_stack, stop_stack
 from tools.docs.inspector_screenshot import order_with_gets_and_a_cancel, place_order
-from tools.local.inspector.browser import browser_tests_gate, headless_chromium
+from tools.local.inspector.browser import browser_tests_gate
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
 from tools.template import Template
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, Page
+    from playwright.sync_api import Page
 
 GATE, WHY = browser_tests_gate()
 pytestmark = pytest.mark.skipif(GATE != "run", reason=str(WHY))  # CI without Chromium: the other file fails
@@ -45,22 +45,6 @@ PUBLICATIONS = {"dynamodb", "outbox"}
 # Each saga's events: those its API request's trace reaches (the cancel's is a trace of its own).
 ORDER_SAGA = {"OrderCreated", "InventoryReserved", "OrderConfirmed"}
 CANCEL_SAGA = {"OrderCancelled", "InventoryReleased"}
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[BrowserContext]:
-    with headless_chromium() as context:
-        yield context
-
-
-@pytest.fixture
-def page(browser: BrowserContext) -> Iterator[Page]:
-    from playwright.sync_api import expect
-
-    expect.set_options(timeout=SAGA_MS)
-    opened = browser.new_page()
-    yield opened
-    opened.close()
 
 
 def hop_rows(page: Page) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from tests.local_stacks import start_stack, stop_stack
 from tests.support import EVENTS_DIR, SAMPLE_EVENTS
 from tools.local.invoke import invoke, write_state

@@ -19,7 +19,7 @@ import pytest
 import requests
 import yaml
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from tests.integration.conftest import probe_template_data, start_stack, stop_stack
 from tests.support import load_event, stream_table_resource
 from tools.local.console.activity import Invocation

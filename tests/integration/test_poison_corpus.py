@@ -100,13 +100,18 @@ def written(watched: WatchedStack) -> Written:
     return Written(watched, victim, poison, [place_order(stack) for _ in range(ORDERS_AFTER)])
 
 
+def every_poison_record_parked(written: Written) -> LocalStack:
+    """Wait until the relay parked every record of the corpus; the stack."""
+    stack = written.watched.stack
+    expected = {record.event_id for record in written.poison}
+    stack.wait_for(lambda: expected <= parked_event_ids(stack), SETTLE_SECONDS, "every poison record parked")
+    return stack
+
+
 def test_the_corpus_is_parked_and_every_order_after_it_is_confirmed_with_nothing_stopped(
     written: Written,
 ) -> None:
-    stack = written.watched.stack
-    expected = {record.event_id for record in written.poison}
-
-    stack.wait_for(lambda: expected <= parked_event_ids(stack), SETTLE_SECONDS, "every poison record parked")
+    stack = every_poison_record_parked(written)
     stack.wait_for(
         lambda: set(statuses(stack, written.after).values()) == {"CONFIRMED"},
         SETTLE_SECONDS,
@@ -128,9 +133,7 @@ def test_the_corpus_is_parked_and_every_order_after_it_is_confirmed_with_nothing
 def test_the_inspector_answers_every_page_the_corpus_touches(
     written: Written,
 ) -> None:
-    stack = written.watched.stack
-    expected = {record.event_id for record in written.poison}
-    stack.wait_for(lambda: expected <= parked_event_ids(stack), SETTLE_SECONDS, "every poison record parked")
+    stack = every_poison_record_parked(written)
 
     # The orders, the poison queue's messages, the hops of an order with poison in its outbox.
     for page in ("orders", "queues", f"orders/{written.victim}"):

@@ -15,7 +15,8 @@ import requests
 
 import shop.adapters.aws
 import shop.runtime.config
-from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from tests.local_stacks import created_order
 from tools.local.stack import LocalStack
 
 SAGA_SECONDS = 20.0  # a bound on waiting, not a speed target (make bench measures latency)
@@ -48,19 +49,7 @@ def sku(inventory: DynamoInventoryRepository) -> Callable[[int], str]:
 
 
 def place(stack: LocalStack, lines: list[tuple[str, int]]) -> dict[str, Any]:
-    response = requests.post(
-        f"{stack.api_url}/orders",
-        json={
-            "customerId": "c-it",
-            "currency": "USD",
-            "items": [{"sku": s, "quantity": q, "unitPrice": 500} for s, q in lines],
-        },
-        headers={"Idempotency-Key": str(uuid.uuid4())},
-        timeout=10,
-    )
-    assert response.status_code == 201, response.text
-    order: dict[str, Any] = response.json()
-    return order
+    return created_order(stack, "c-it", [{"sku": s, "quantity": q, "unitPrice": 500} for s, q in lines])
 
 
 def status_becomes(stack: LocalStack, order_id: str, status: str) -> dict[str, Any]:
@@ -152,17 +141,8 @@ def consumer_deliveries(
 
 def test_the_correlation_id_of_the_request_reaches_every_event_of_the_saga(saga_stack: LocalStack, sku):
     correlation = f"corr-it-{uuid.uuid4().hex[:8]}"
-    response = requests.post(
-        f"{saga_stack.api_url}/orders",
-        json={
-            "customerId": "c-it",
-            "currency": "USD",
-            "items": [{"sku": sku(2), "quantity": 1, "unitPrice": 1}],
-        },
-        headers={"X-Correlation-Id": correlation},
-        timeout=10,
-    )
-    order_id = response.json()["orderId"]
+    items = [{"sku": sku(2), "quantity": 1, "unitPrice": 1}]
+    order_id = created_order(saga_stack, "c-it", items, {"X-Correlation-Id": correlation})["orderId"]
 
     events = saga_stack.wait_for(
         functools.partial(consumer_deliveries, saga_stack, order_id),
@@ -180,17 +160,8 @@ def test_one_saga_is_one_trace_from_the_api_to_the_notification(saga_stack: Loca
     from shop.domain.tracing import from_traceparent, from_xray_header
 
     def place_one() -> str:
-        response = requests.post(
-            f"{saga_stack.api_url}/orders",
-            json={
-                "customerId": "c-tr",
-                "currency": "USD",
-                "items": [{"sku": sku(2), "quantity": 1, "unitPrice": 1}],
-            },
-            timeout=10,
-        )
-        order_id: str = response.json()["orderId"]
-        return order_id
+        order = created_order(saga_stack, "c-tr", [{"sku": sku(2), "quantity": 1, "unitPrice": 1}])
+        return str(order["orderId"])
 
     trace_ids = []
     for order_id in (place_one(), place_one()):

@@ -18,7 +18,7 @@ import shop.adapters.aws
 import tools.local.__main__ as local_main
 from operations import admin
 from operations import local_stack as operations_local
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from tests.support import load_event
 from tools.local import stack_state
 from tools.local.stack import LocalStack

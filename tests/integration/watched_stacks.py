@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
-from tests.local_stacks import stop_stack
+from tests.local_stacks import created_order, stop_stack
 from tools.local.console.render import Console
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
@@ -47,18 +46,8 @@ def watched_stack(services: LocalServices, data_dir: Path, template: Template) -
 
 
 def place_order(stack: LocalStack) -> str:
-    response = requests.post(
-        f"{stack.api_url}/orders",
-        json={
-            "customerId": "c-poison",
-            "currency": "USD",
-            "items": [{"sku": "SKU-RED-MUG", "quantity": 1, "unitPrice": 100}],
-        },
-        headers={"Idempotency-Key": str(uuid.uuid4())},
-        timeout=10,
-    )
-    assert response.status_code == 201, response.text
-    return str(response.json()["orderId"])
+    order = created_order(stack, "c-poison", [{"sku": "SKU-RED-MUG", "quantity": 1, "unitPrice": 100}])
+    return str(order["orderId"])
 
 
 def statuses(stack: LocalStack, order_ids: list[str]) -> dict[str, str]:

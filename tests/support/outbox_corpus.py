@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 
 LONG_INTEGER_DIGITS = 5_000
 NESTING_DEPTH = 100_000

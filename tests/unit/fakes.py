@@ -8,7 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 
 
 class FaultyEventBridge:

@@ -4,7 +4,8 @@ TYPE_CHECKING blocks too, relative ones resolved) of every module.
     shop.domain    the standard library and shop.domain only (so never boto3, botocore, Powertools,
                    shop.adapters or shop.runtime)
     shop.adapters  never shop.runtime; shop.adapters.postgres none of the other adapters (the DynamoDB
-                   ones among them): the two stores stand side by side on the domain
+                   ones among them), shop.adapters.dynamodb nothing of shop.adapters.postgres: the two
+                   stores stand side by side on the domain
     shop.runtime   no SQL (shop.adapters.postgres holds it), and the logical relay shares the publishing
                    core (shop.runtime.outbox_publishing), not the polling publisher's module
     operations     imported only by operations/, tools/ and the tests that exercise it: no shipped code
@@ -19,12 +20,14 @@ TYPE_CHECKING blocks too, relative ones resolved) of every module.
                    for one).
     tests          imported by test code only (pytest's: a tests/ folder, a test_*.py, a conftest.py):
                    tools, operator and shipped code never import test code
+    operations     no branch on the store's name (`== "postgres"`, `== "dynamodb"`): what differs per
+                   store is answered by the poison record's position and the Protocols
     tools          no import circle between its modules, every import statement counted (TYPE_CHECKING
                    and function-level ones too: a reader follows them as well); in tools/local the
                    stack hands the inspector, and the console its printer, what they need through
                    Protocols
-and the key design stays in one module: no shipped or operator code but shop/adapters/keys.py spells a
-key prefix.
+and the key design stays in one module: no shipped or operator code but shop/adapters/dynamodb/keys.py
+spells a key prefix.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from tools.template import ROOT
 
 SHOP = ROOT / "layers" / "shared" / "shop"
 DOMAIN_NEVER = ("boto3", "botocore", "aws_lambda_powertools", "shop.adapters", "shop.runtime")
+STORE_NAMES = ("dynamodb", "postgres")  # the template's OrderStore values
 KEY_PREFIXES = ("ORDER#", "REQUEST#", "SKU#", "RESERVATION#", "OUTBOX#")
 PRODUCT_TEST_MODULES = ("tests.unit", "tests.support", "tests.conftest")
 # What of tools/ the product's unit tests may import, and what of tools/ each of those imports itself.
@@ -128,6 +132,10 @@ def postgres_adapter_may_not_import(name: str) -> bool:
     )
 
 
+def dynamodb_adapter_may_not_import(name: str) -> bool:
+    return within(name, "shop.adapters.postgres")
+
+
 def product_tests_may_not_import(name: str) -> bool:
     if within(name, "tools"):
         return name != "tools" and not any(within(name, allowed) for allowed in PRODUCT_TEST_TOOLS)
@@ -189,6 +197,12 @@ def test_the_postgres_adapter_imports_none_of_the_other_adapters():
     files = python_files(SHOP / "adapters" / "postgres")
     assert len(files) >= 10
     assert violations(files, SHOP.parent, postgres_adapter_may_not_import) == []
+
+
+def test_the_dynamodb_adapter_imports_nothing_of_the_postgres_adapter():
+    files = python_files(SHOP / "adapters" / "dynamodb")
+    assert len(files) >= 5
+    assert violations(files, SHOP.parent, dynamodb_adapter_may_not_import) == []
 
 
 def test_the_logical_relay_imports_nothing_of_the_polling_publisher():
@@ -297,10 +311,30 @@ def test_only_the_key_design_module_spells_key_prefixes():
     spelled = {
         str(path.relative_to(ROOT)): found
         for path in code
-        if path != SHOP / "adapters" / "keys.py" and (found := spelled_key_prefixes(path))
+        if path != SHOP / "adapters" / "dynamodb" / "keys.py" and (found := spelled_key_prefixes(path))
     }
     assert spelled == {}
-    assert spelled_key_prefixes(SHOP / "adapters" / "keys.py")  # where they are, it finds them
+    assert spelled_key_prefixes(SHOP / "adapters" / "dynamodb" / "keys.py")  # where they are, it finds them
+
+
+def store_name_comparisons(path: Path) -> list[str]:
+    """Comparisons (==, !=) with a store's name as a literal: a branch on the store."""
+    return [
+        f"{path.name}:{node.lineno}"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Compare)
+        and any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops)
+        and any(
+            isinstance(side, ast.Constant) and side.value in STORE_NAMES
+            for side in (node.left, *node.comparators)
+        )
+    ]
+
+
+def test_operator_commands_do_not_branch_on_the_store():
+    files = python_files(ROOT / "operations")
+    assert len(files) >= 4
+    assert [found for path in files for found in store_name_comparisons(path)] == []
 
 
 # --- the checks themselves can fail ------------------------------------------------------------------------
@@ -357,10 +391,11 @@ def test_an_adapter_importing_the_runtime_is_caught(package: Path, statement: st
 @pytest.mark.parametrize(
     "statement",
     [
-        "from shop.adapters.outbox_items import TraceHeader",
-        "from shop.adapters import keys",
-        "from ..dynamo import transact",
-        "def later():\n    import shop.adapters.order_repository",
+        "from shop.adapters.dynamodb.outbox_items import TraceHeader",
+        "from shop.adapters.dynamodb import keys",
+        "from shop.adapters import aws",
+        "from ..dynamodb.transactions import transact",
+        "def later():\n    import shop.adapters.dynamodb.order_repository",
     ],
 )
 def test_the_postgres_adapter_importing_another_adapter_is_caught(package: Path, statement: str):
@@ -371,6 +406,41 @@ def test_the_postgres_adapter_importing_another_adapter_is_caught(package: Path,
     )
 
     assert violations([module], package, postgres_adapter_may_not_import) != []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from shop.adapters.postgres.outbox import OutboxRow",
+        "from ..postgres import connection",
+        "def later():\n    import shop.adapters.postgres.order_repository",
+    ],
+)
+def test_the_dynamodb_adapter_importing_the_postgres_adapter_is_caught(package: Path, statement: str):
+    (package / "shop" / "adapters" / "dynamodb").mkdir()
+    module = package / "shop" / "adapters" / "dynamodb" / "store.py"
+    module.write_text(
+        f"import boto3\nfrom shop.adapters import aws\nfrom shop.adapters.dynamodb import keys\n{statement}\n"
+    )
+
+    assert violations([module], package, dynamodb_adapter_may_not_import) != []
+
+
+@pytest.mark.parametrize(
+    ("source", "branches"),
+    [
+        ('if settings.order_store == "postgres":\n    pass\n', True),
+        ('ok = "dynamodb" != store\n', True),
+        ('ok = image.get("store") in ("postgres",)\n', False),
+        ('print({"store": "postgres"})\n', False),
+        ('"""Compares store == "postgres" in prose."""\n', False),
+    ],
+)
+def test_a_comparison_with_a_store_name_is_found(tmp_path: Path, source: str, branches: bool):
+    module = tmp_path / "commands.py"
+    module.write_text(source)
+
+    assert bool(store_name_comparisons(module)) is branches
 
 
 @pytest.mark.parametrize(

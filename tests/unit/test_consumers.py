@@ -13,8 +13,8 @@ from typing import Any
 import boto3
 import pytest
 
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.envelope import CloudEvent

@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
-from shop.adapters import keys
-from shop.adapters.outbox_items import outbox_item
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import outbox_item
 from shop.domain import inventory, orders
 from shop.domain.envelope import CloudEvent, entry_size, event_id_for
 from shop.domain.errors import IllegalTransition, InvalidEnvelope

@@ -23,8 +23,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 import shop.adapters.aws
-from shop.adapters import keys
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.domain.envelope import CloudEvent, now
 from shop.domain.orders import (
     ORDER_CANCELLED,

@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from shop.domain.principals import ANONYMOUS_CALLER, idempotency_caller
 from tests.support import header, json_body, load_event, load_handler_module
 from tools.template import Template

@@ -18,8 +18,8 @@ from typing import Any
 import boto3
 import pytest
 
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime.config import Settings
 from shop.runtime.observability import logger

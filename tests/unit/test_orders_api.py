@@ -16,8 +16,8 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 import shop.adapters.aws
-import shop.adapters.dynamo
-from shop.adapters.inventory_repository import DynamoInventoryRepository
+import shop.adapters.dynamodb.transactions
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
 from shop.domain.outbox import outbox_entry
 from shop.runtime.config import Settings
 from tests.support import header, json_body, load_event
@@ -366,7 +366,8 @@ def test_cancelling_a_rejected_order_is_a_409(api, table_items):
 def test_throttled_write_is_a_503_with_retry_after(api, table_items, monkeypatch):
     api(create_event(key="warm-up"))  # builds the cached client the stub attaches to
     before = table_items()
-    monkeypatch.setattr(shop.adapters.dynamo, "MAX_RETRY_SECONDS", 0.0)  # throttled past the retry budget
+    # throttled past the retry budget
+    monkeypatch.setattr(shop.adapters.dynamodb.transactions, "MAX_RETRY_SECONDS", 0.0)
     with Stubber(shop.adapters.aws.dynamodb()) as stub:
         stub.add_client_error("transact_write_items", service_error_code="ThrottlingException")
 

@@ -12,9 +12,9 @@ from moto.events.models import EventPattern, EventPatternParser
 
 import shop.adapters.aws
 import shop.runtime.wiring.relay
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import outbox_item
 from shop.adapters.eventbridge import EventPublisher
-from shop.adapters.outbox_items import outbox_item
 from shop.domain.envelope import CloudEvent
 from shop.runtime.config import Settings
 from tests.support import load_event

@@ -1,16 +1,28 @@
-"""The relay poison queue's message: a parked record whole, whatever its strings hold."""
+"""The relays' poison queue message: a parked record whole, whatever its strings hold, in the one format
+messages already parked on a deployment hold (so they stay redrivable)."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from typing import Any
 
-from shop.adapters.poison_queue import MAX_MESSAGE_BYTES, checked_poison_message, poison_message_body
-from shop.domain.poison import PoisonRecord
+import pytest
+
+import shop.adapters.poison_queue
+from shop.adapters.dynamodb import keys
+from shop.adapters.poison_queue import (
+    MAX_MESSAGE_BYTES,
+    checked_poison_message,
+    parked_poison,
+    poison_message_body,
+)
+from shop.domain.poison import PoisonRecord, RowPosition, StreamPosition
 
 
 def record(payload: str) -> PoisonRecord:
     image = {"PK": {"S": "OUTBOX#o-1"}, "SK": {"S": "EVENT#1"}, "payload": {"S": payload}}
-    return PoisonRecord("1", "e-1", "not a CloudEvent", image)
+    return PoisonRecord(StreamPosition("1"), "e-1", "not a CloudEvent", image, keys.item_key(image))
 
 
 def test_a_record_holding_a_lone_surrogate_is_parked_whole_with_its_string_escaped():
@@ -28,3 +40,114 @@ def test_other_text_stays_utf_8_as_it_is():
 
     assert "café ☕" in body
     assert len(body.encode()) <= MAX_MESSAGE_BYTES
+
+
+# --- the format, as the relays wrote it before the poison record named its store ----------------------------
+ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/Orders/stream/2026-11-20T00:00:00.000"
+ITEM = {
+    "PK": {"S": "ORDER#o-1"},
+    "SK": {"S": "OUTBOX#000000000001#e-1"},
+    "eventId": {"S": "e-1"},
+    "envelope": {"S": "not json, café"},
+}
+ROW = {
+    "store": "postgres",
+    "position": 7,
+    "eventId": "e-7",
+    "aggregateId": "o-1",
+    "sequence": 1,
+    "envelope": "not json",
+    "traceHeader": None,
+    "createdAt": "2026-11-20T09:00:00+00:00",
+    "attempts": 1,
+}
+ROW_KEY = {"store": "postgres", "position": 7, "eventId": "e-7"}
+# Written by the relays' code before this change (the same records, the same clock), byte for byte.
+WRITTEN_BEFORE = {
+    "stream record": (
+        '{"kind":"outbox-poison","version":1,"eventId":"e-1","sequenceNumber":"4960000000000000000001",'
+        '"streamArn":"arn:aws:dynamodb:eu-west-1:123456789012:table/Orders/stream/2026-11-20T00:00:00.000",'
+        '"reason":"not a CloudEvent","details":{"error":"x"},"parkedAt":"2026-11-20T09:30:00.000Z",'
+        '"item":{"PK":{"S":"ORDER#o-1"},"SK":{"S":"OUTBOX#000000000001#e-1"},"eventId":{"S":"e-1"},'
+        '"envelope":{"S":"not json, café"}}}'
+    ),
+    "stream record by key": (
+        '{"kind":"outbox-poison","version":1,"eventId":"e-1","sequenceNumber":"4960000000000000000001",'
+        '"streamArn":"arn:aws:dynamodb:eu-west-1:123456789012:table/Orders/stream/2026-11-20T00:00:00.000",'
+        '"reason":"too large","details":{},"parkedAt":"2026-11-20T09:30:00.000Z",'
+        '"itemOmitted":"larger than one queue message; read it from the table by key before its TTL",'
+        '"key":{"PK":{"S":"ORDER#o-1"},"SK":{"S":"OUTBOX#000000000001#e-1"}}}'
+    ),
+    "outbox row": (
+        '{"kind":"outbox-poison","version":1,"eventId":"e-7","sequenceNumber":"7","streamArn":null,'
+        '"reason":"not a CloudEvent","details":{"outboxPosition":7},"parkedAt":"2026-11-20T09:30:00.000Z",'
+        '"item":{"store":"postgres","position":7,"eventId":"e-7","aggregateId":"o-1","sequence":1,'
+        '"envelope":"not json","traceHeader":null,"createdAt":"2026-11-20T09:00:00+00:00","attempts":1}}'
+    ),
+    "outbox row by key": (
+        '{"kind":"outbox-poison","version":1,"eventId":"e-7","sequenceNumber":"7","streamArn":null,'
+        '"reason":"too large","details":{"outboxPosition":7},"parkedAt":"2026-11-20T09:30:00.000Z",'
+        '"itemOmitted":"larger than one queue message; the row stays in the order database\'s outbox",'
+        '"key":{"store":"postgres","position":7,"eventId":"e-7"}}'
+    ),
+}
+RECORDS = {
+    "stream record": PoisonRecord(
+        StreamPosition("4960000000000000000001", ARN),
+        "e-1",
+        "not a CloudEvent",
+        ITEM,
+        keys.item_key(ITEM),
+        {"error": "x"},
+    ),
+    "stream record by key": PoisonRecord(
+        StreamPosition("4960000000000000000001", ARN),
+        "e-1",
+        "too large",
+        {**ITEM, "pad": {"S": "x" * 300_000}},
+        keys.item_key(ITEM),
+    ),
+    "outbox row": PoisonRecord(
+        RowPosition(7), "e-7", "not a CloudEvent", ROW, ROW_KEY, {"outboxPosition": 7}
+    ),
+    "outbox row by key": PoisonRecord(
+        RowPosition(7), "e-7", "too large", {**ROW, "envelope": "x" * 300_000}, ROW_KEY, {"outboxPosition": 7}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRITTEN_BEFORE))
+def test_the_message_is_byte_for_byte_the_one_written_before(monkeypatch: pytest.MonkeyPatch, case: str):
+    monkeypatch.setattr(shop.adapters.poison_queue, "now", lambda: datetime(2026, 11, 20, 9, 30, tzinfo=UTC))
+
+    assert poison_message_body(RECORDS[case]) == WRITTEN_BEFORE[case]
+
+
+@pytest.mark.parametrize(
+    ("case", "position", "image", "key"),
+    [
+        ("stream record", StreamPosition("4960000000000000000001", ARN), ITEM, {}),
+        ("stream record by key", StreamPosition("4960000000000000000001", ARN), None, keys.item_key(ITEM)),
+        ("outbox row", RowPosition(7), ROW, {}),
+        ("outbox row by key", RowPosition(7), None, ROW_KEY),
+    ],
+)
+def test_a_message_parked_before_decodes_to_its_store_position_and_image(
+    case: str, position: StreamPosition | RowPosition, image: dict[str, Any] | None, key: dict[str, Any]
+):
+    parked = parked_poison(checked_poison_message(json.loads(WRITTEN_BEFORE[case])))
+
+    assert (parked.event_id, parked.position, parked.image, parked.key) == (
+        RECORDS[case].event_id,
+        position,
+        image,
+        key,
+    )
+    assert parked.position.store == ("postgres" if "row" in case else "dynamodb")
+
+
+def test_a_message_without_a_stream_decodes_to_a_stream_position_without_one():
+    """A record redrive parked out of the table (no sequence number, the batch's stream)."""
+    parked = parked_poison({"kind": "outbox-poison", "eventId": "e-1", "sequenceNumber": "", "item": ITEM})
+
+    assert parked.position == StreamPosition("", None)

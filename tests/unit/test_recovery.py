@@ -23,17 +23,18 @@ from operations.recovery import (
     StreamRangeUnavailable,
     in_publish_order,
 )
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.outbox_items import outbox_item, poison_record
 from shop.adapters.eventbridge import RECORD_REJECTED_CODES, EventPublisher
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
-from shop.adapters.outbox_items import outbox_item
 from shop.adapters.poison_queue import PoisonQueue, checked_poison_message, poison_message_body
 from shop.adapters.postgres.outbox import OutboxRow
 from shop.domain.envelope import CloudEvent
+from shop.domain.errors import InvalidEnvelope
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.domain.outbox import OutboxEntry
-from shop.domain.poison import PoisonRecord
+from shop.domain.poison import PoisonRecord, StreamPosition
 from shop.runtime.config import Settings
 from tests.unit.fakes import FaultyEventBridge
 from tools.template import Template
@@ -410,9 +411,14 @@ def test_replay_keeps_each_orders_events_in_sequence_whatever_the_writers_clocks
     assert sorted(ordered) == ["A-1", "A-2", "B-1", "B-2"]
 
 
+def stream_poison(event_id: str, reason: str, image: dict[str, Any]) -> PoisonRecord:
+    """A record of a table stream, parked."""
+    return PoisonRecord(StreamPosition("1"), event_id, reason, image, keys.item_key(image))
+
+
 def test_a_parked_poison_record_is_republished_once_it_decodes(recovery, poison_queue, bus, template):
     image = outbox_image_of_new_order()
-    body = json.loads(poison_message_body(PoisonRecord("1", "e-1", "was unpublishable", image)))
+    body = json.loads(poison_message_body(stream_poison("e-1", "was unpublishable", image)))
 
     report = recovery.redrive_parked(checked_poison_message(body))
 
@@ -424,7 +430,7 @@ def test_a_parked_poison_record_is_republished_once_it_decodes(recovery, poison_
 def test_a_parked_record_that_still_cannot_be_published_stays_parked(recovery, poison_queue, bus):
     image = outbox_image_of_new_order()
     image["envelope"] = {"S": "still not json"}
-    body = json.loads(poison_message_body(PoisonRecord("1", "e-1", "bad", image)))
+    body = json.loads(poison_message_body(stream_poison("e-1", "bad", image)))
 
     report = recovery.redrive_parked(checked_poison_message(body))
 
@@ -438,9 +444,7 @@ def test_a_parked_record_that_still_cannot_be_published_stays_parked(recovery, p
 def parked_row(envelope: str) -> dict[str, Any]:
     """The poison message of an outbox row the PostgreSQL polling publisher parked."""
     row = OutboxRow(7, "e-7", "o-1", 1, envelope, None, T0, 1)
-    return checked_poison_message(
-        json.loads(poison_message_body(PoisonRecord("7", "e-7", "bad", row.as_item())))
-    )
+    return checked_poison_message(json.loads(poison_message_body(row.poison_record(InvalidEnvelope("bad")))))
 
 
 def test_a_row_the_polling_publisher_parked_is_republished_once_it_decodes(recovery, poison_queue, bus):
@@ -464,7 +468,7 @@ def test_a_row_too_large_for_a_queue_message_is_parked_by_position_and_named_not
 ):
     envelope = outbox_image_of_new_order()["envelope"]["S"]
     row = OutboxRow(7, "e-7", "o-1", 1, envelope + " " * 300_000, None, T0, 1)
-    body = json.loads(poison_message_body(PoisonRecord("7", "e-7", "too large", row.as_item())))
+    body = json.loads(poison_message_body(row.poison_record(InvalidEnvelope("too large"))))
 
     assert "item" not in body
     assert body["key"] == {"store": "postgres", "position": 7, "eventId": "e-7"}
@@ -478,8 +482,8 @@ def test_a_row_too_large_for_a_queue_message_is_parked_by_position_and_named_not
 
 def parked_by_key(stream_arn: str, item: dict[str, Any]) -> dict[str, Any]:
     """The poison message of an item too large for a queue message: its key and stream only."""
-    record = PoisonRecord(
-        "1", item["eventId"]["S"], "too large", {**item, "pad": {"S": "x" * 300_000}}, {}, stream_arn
+    record = poison_record(
+        {**item, "pad": {"S": "x" * 300_000}}, InvalidEnvelope("too large"), StreamPosition("1", stream_arn)
     )
     body = json.loads(poison_message_body(record))
     assert "item" not in body  # the message holds the key instead
@@ -765,7 +769,7 @@ def test_redrive_poison_against_a_failing_bus_keeps_the_parked_message(
     event_id = image["eventId"]["S"]
     fault.inject(failing_bus, event_id)
     poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
-    PoisonQueue(poison_url).park(PoisonRecord("1", event_id, "was unpublishable", image))
+    PoisonQueue(poison_url).park(stream_poison(event_id, "was unpublishable", image))
 
     code = admin(template, "redrive-poison")
 
@@ -835,7 +839,7 @@ def test_a_parked_record_eventbridge_still_rejects_is_not_published_and_says_why
 ):
     image = outbox_image_of_new_order()
     failing_bus.reject = {image["eventId"]["S"]}
-    body = json.loads(poison_message_body(PoisonRecord("1", "e-1", "was unpublishable", image)))
+    body = json.loads(poison_message_body(stream_poison("e-1", "was unpublishable", image)))
 
     report = recovery.redrive_parked(checked_poison_message(body))
 

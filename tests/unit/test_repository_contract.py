@@ -14,10 +14,10 @@ from typing import Any, Protocol
 import boto3
 import pytest
 
-from shop.adapters import keys
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
-from shop.adapters.outbox_items import ENVELOPE, EXPIRES_AT
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.outbox_items import ENVELOPE, EXPIRES_AT
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.envelope import CloudEvent, parse_time

@@ -24,8 +24,8 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 import shop.runtime.wiring.order_database
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.orders import OrderLine, OrderRepository, OrderService, PlaceOrder

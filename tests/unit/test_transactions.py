@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 import shop.adapters.aws
-import shop.adapters.dynamo as dynamo
+import shop.adapters.dynamodb.transactions as dynamo
 from shop.domain.errors import ServiceBusy
 
 ACTIONS = [{"Put": {"TableName": "t", "Item": {"PK": {"S": "a"}}}}]

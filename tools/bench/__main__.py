@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "layers" / "shared"))
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Bench")
 
 from shop.adapters import aws
-from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
 from shop.runtime import config
 from tools.bench import (
     capacity,

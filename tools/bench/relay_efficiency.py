@@ -29,9 +29,10 @@ from tools.template import ROOT, Template
 
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 
-from shop.adapters import aws, keys
-from shop.adapters.order_repository import _order_attributes
-from shop.adapters.outbox_items import decode_outbox_image, outbox_item
+from shop.adapters import aws
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.order_repository import _order_attributes
+from shop.adapters.dynamodb.outbox_items import decode_outbox_image, outbox_item
 from shop.domain.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, Order, OrderLine, OrderStatus
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/local-OrdersTable/stream/bench"

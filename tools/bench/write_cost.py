@@ -38,8 +38,8 @@ from tools.template import ROOT, Template
 sys.path.insert(0, str(ROOT / "layers" / "shared"))
 
 from shop.adapters import aws
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.runtime import config
 

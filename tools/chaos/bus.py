@@ -121,11 +121,10 @@ class CapturedEvent:
     last_at: float = 0.0
 
 
-class _QueueCapture:
-    """Capture queues read by background drainers; subclasses set `_drainers` and handle messages."""
+class _Drained:
+    """Queues read by background drainers; subclasses set `_drainers` and handle messages."""
 
     _drainers: list[_Drainer]
-    queue_urls: list[str]
 
     def start(self) -> None:
         for drainer in self._drainers:
@@ -138,6 +137,12 @@ class _QueueCapture:
     @property
     def errors(self) -> list[str]:
         return [error for drainer in self._drainers for error in drainer.errors]
+
+
+class _QueueCapture(_Drained):
+    """Capture queues: what they hold not read yet is the capture's backlog."""
+
+    queue_urls: list[str]
 
     def backlog(self, sqs: SQSClient) -> int:
         """Messages in the capture queues not read yet."""
@@ -252,7 +257,7 @@ class DuplicateRoute:
     function: str  # the consumer reading that queue
 
 
-class Duplicator:
+class Duplicator(_Drained):
     """Late second deliveries of a subset of each consumer's events (see the module docstring)."""
 
     def __init__(
@@ -298,18 +303,6 @@ class Duplicator:
                 tick=self._release,
             )
             self._drainers.append(drainer)
-
-    def start(self) -> None:
-        for drainer in self._drainers:
-            drainer.start()
-
-    def stop(self) -> None:
-        for drainer in self._drainers:
-            drainer.stop()
-
-    @property
-    def errors(self) -> list[str]:
-        return [error for drainer in self._drainers for error in drainer.errors]
 
     def held(self) -> int:
         with self._lock:

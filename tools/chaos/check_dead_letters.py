@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from shop.adapters.poison_queue import POISON_KIND
 from tools.chaos.evidence import ROLLBACK_KINDS, Check, Evidence
 from tools.chaos.poison import POSTGRES_OUTBOX, PoisonItem

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from shop.domain.inventory import INVENTORY_REJECTED, INVENTORY_RELEASED, INVENTORY_RESERVED
 from shop.domain.notifications import NOTIFIABLE
 from shop.domain.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_REJECTED

@@ -1,23 +1,20 @@
 """A deploy that changes PostgresRelay, as CloudFormation runs it, on the local stack (relay_operations.py).
 
 CloudFormation sends the custom resource OrderDatabaseSchema an Update with its new properties (RelayMode)
-and waits for the answer PUT to the request's ResponseURL (here: a loopback server of this module, as
-CloudFormation's presigned S3 URL); on FAILED it rolls the stack back, which sends the resource an Update
-back to the properties it had. The functions that depend on OrderDatabaseSchema are updated after it
-(the publisher's DependsOn): `redeploy` gives them their new configuration the way Lambda does with a new
-version (the execution environments running now finish their invocation with the old one and are never
-used again). tools/local/services/custom_resources.py sends the stack's Create the same way at start-up.
+and waits for the answer PUT to the request's ResponseURL (here: the loopback server the local stack's
+Create is answered to, custom_resources.ResponseServer, as CloudFormation's presigned S3 URL); on FAILED it
+rolls the stack back, which sends the resource an Update back to the properties it had. The functions that
+depend on OrderDatabaseSchema are updated after it (the publisher's DependsOn): `redeploy` gives them their
+new configuration the way Lambda does with a new version (the execution environments running now finish
+their invocation with the old one and are never used again). tools/local/services/custom_resources.py
+sends the stack's Create the same way at start-up.
 """
 
 from __future__ import annotations
 
 import json
-import queue
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tools.local.processes import LOOPBACK
 from tools.local.runtime.functions import FunctionRuntime
 from tools.local.services.custom_resources import ACCOUNT_STACK_ID
 from tools.template import REGION, Template, TemplateError
@@ -49,51 +46,6 @@ def redeploy(runtime: FunctionRuntime, environment: dict[str, str]) -> int:
     for each in idle:
         runtime._dispose(each)
     return len(retired)
-
-
-class AnswerServer(ThreadingHTTPServer):
-    """Where the custom resource's answers are PUT (its ResponseURL), by request id."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__((LOOPBACK, 0), _AnswerHandler)
-        self.received: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
-        threading.Thread(target=self.serve_forever, name="chaos-cfn-answers", daemon=True).start()
-
-    def url(self, request_id: str) -> str:
-        return f"http://{LOOPBACK}:{self.server_address[1]}/{request_id}"
-
-    def answer(self, request_id: str, timeout: float) -> dict[str, Any] | None:
-        """The answer to `request_id` (None: none within `timeout`); answers to others are dropped."""
-        try:
-            while True:
-                answered_id, answer = self.received.get(timeout=timeout)
-                if answered_id == request_id:
-                    return answer
-        except queue.Empty:
-            return None
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-class _AnswerHandler(BaseHTTPRequestHandler):
-    server: AnswerServer
-
-    def do_PUT(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            answer = {"Status": "FAILED", "Reason": f"the answer is not JSON: {body[:200]!r}"}
-        self.server.received.put((self.path.lstrip("/"), answer))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *_: Any) -> None:
-        pass
 
 
 def update_request(

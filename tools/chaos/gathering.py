@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from operations.recovery import FailedStreamBatch
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from shop.domain.inventory import EVENT_SOURCE as INVENTORY_SOURCE
 from shop.domain.orders import EVENT_SOURCE as ORDERS_SOURCE
 from tools.chaos import poison

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from shop.adapters import keys
-from shop.adapters.outbox_items import ENVELOPE, outbox_item
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import ENVELOPE, outbox_item
 from shop.domain.envelope import CloudEvent
 from shop.domain.orders import ORDER_CONFIRMED
 from shop.runtime.config import EVENTBRIDGE_MAX_ENTRY_BYTES

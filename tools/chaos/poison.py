@@ -1,10 +1,11 @@
 """Poison pills on purpose: undecodable outbox items in the tables, malformed messages on consumer queues.
 
-An outbox item is written straight into a table (keys from shop.adapters.keys, like any outbox item), so its
-stream record reaches the relay, which cannot decode it: the relay parks it whole in its poison queue
-and moves on (the relay dead-letter queue stays empty). A malformed message is sent straight to a
-consumer's queue: it fails on every receive and SQS moves it to the consumer's dead-letter queue.
-Each is written to the ledger, and the checks expect exactly these in the poison and dead-letter queues.
+An outbox item is written straight into a table (keys from shop.adapters.dynamodb.keys, like any
+outbox item), so its stream record reaches the relay, which cannot decode it: the relay parks it whole
+in its poison queue and moves on (the relay dead-letter queue stays empty). A malformed message is sent
+straight to a consumer's queue: it fails on every receive and SQS moves it to the consumer's dead-letter
+queue. Each is written to the ledger, and the checks expect exactly these in the poison and dead-letter
+queues.
 
 With OrderStore=postgres, poison rows go into the order database's outbox table instead
 (tools/chaos/postgres_store.py writes them; postgres_envelope builds them): JSON that is not a
@@ -19,8 +20,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shop.adapters import keys
-from shop.adapters.outbox_items import ENVELOPE
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import ENVELOPE
 from shop.domain.envelope import CloudEvent, format_time, now
 from shop.domain.orders import EVENT_SOURCE as ORDERS_SOURCE
 from tools.chaos.ledger import Ledger

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from shop.adapters.postgres import replays, replication
 from shop.adapters.postgres.outbox import relay_mode
 from tools.chaos import poison

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from tools.chaos.bus import BusCapture
 from tools.chaos.check_dead_letters import canonical_item
 from tools.chaos.isolation import parked_messages, probe_items, write_items

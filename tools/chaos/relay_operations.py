@@ -43,7 +43,7 @@ import psycopg
 
 from tools.chaos import poison
 from tools.chaos.bus import BusCapture
-from tools.chaos.deploy import AnswerServer, redeploy, update_request
+from tools.chaos.deploy import redeploy, update_request
 from tools.chaos.evidence import (
     Evidence,
     OperationsEvidence,
@@ -67,6 +67,7 @@ from tools.chaos.poison import PoisonItem
 from tools.chaos.postgres_store import PostgresOrderStore, poison_row, poison_row_details
 from tools.chaos.publishers import RestartGate
 from tools.chaos.snapshot import ORDERS_SIDE
+from tools.local.services.custom_resources import ResponseServer
 from tools.local.stack import LocalStack
 
 MIGRATION_FUNCTION = "OrderDatabaseMigrationFunction"
@@ -200,7 +201,7 @@ class RelayOperations:
         self._gate = gate or RestartGate()
         self._switching = threading.Lock()  # one deploy at a time, as CloudFormation runs them
         self._threads: list[threading.Thread] = []
-        self._answers = AnswerServer()
+        self._answers = ResponseServer("chaos-cfn-answers")
         self.switches: list[SwitchRecord] = []
         self.replays: list[ReplayRecord] = []
         self.errors: list[str] = []
@@ -373,7 +374,7 @@ class RelayOperations:
                 result = self._stack.invoke(MIGRATION_FUNCTION, event)
         finally:
             clear_switch(self._state_dir)
-        answer = self._answers.answer(request_id, ANSWER_WAIT_SECONDS)
+        answer = self._answers.response(request_id, ANSWER_WAIT_SECONDS)
         if answer is None:
             error = f"{result.error.error_type}: {result.error.message}" if result.error else "none"
             return {"Status": None, "Reason": f"no answer (the function's error: {error})"[:500]}

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from boto3.dynamodb.types import TypeDeserializer
 
 from operations.recovery import FailedStreamBatch
-from shop.adapters import keys
-from shop.adapters.outbox_items import ENVELOPE
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import ENVELOPE
 from tools.local.stack import LocalStack
 
 if TYPE_CHECKING:

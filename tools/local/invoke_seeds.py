@@ -26,7 +26,7 @@ from unittest import mock
 from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
 
 from shop.adapters import aws
-from shop.adapters.outbox_items import ENVELOPE
+from shop.adapters.dynamodb.outbox_items import ENVELOPE
 from shop.domain import inventory, orders
 from shop.domain.orders import ORDER_CREATED, Order, OrderLine, OrderStatus
 from shop.runtime.config import Settings
@@ -177,7 +177,7 @@ def order_store(template: Template, endpoints: Endpoints) -> Iterator[SeedableOr
                 finally:
                     database.close()
             else:
-                from shop.adapters.order_repository import DynamoOrderRepository
+                from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 
                 yield DynamoOrderRepository(settings)
         finally:

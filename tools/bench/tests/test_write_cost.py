@@ -14,9 +14,9 @@ import boto3
 import pytest
 
 from shop.adapters import aws as shop_aws
-from shop.adapters import keys
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.domain.envelope import CloudEvent
 from shop.domain.inventory import InventoryService
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder

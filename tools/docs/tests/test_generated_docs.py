@@ -12,8 +12,8 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from shop.adapters.inventory_repository import DynamoInventoryRepository
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.domain.envelope import CloudEvent
 from shop.domain.event_types import EVENT_TYPES
 from shop.domain.inventory import InventoryService

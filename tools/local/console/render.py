@@ -71,7 +71,7 @@ def _string(attribute: Any) -> str | None:
 
 def _outbox_event(image: dict[str, Any]) -> dict[str, Any] | None:
     """The event of an outbox item: its envelope, else (a poison item's envelope being unreadable) its
-    eventId, eventType and aggregateId attributes (shop/adapters/outbox_items.py)."""
+    eventId, eventType and aggregateId attributes (shop/adapters/dynamodb/outbox_items.py)."""
     for value in image.values():
         found = _cloud_event(json_object(_string(value)))
         if found is not None:

@@ -73,6 +73,11 @@ class ApiError(Exception):
         self.status, self.code, self.message, self.extra = status, code, message, extra
 
 
+def not_found(message: str, code: str = "not_found", **extra: Any) -> ApiError:
+    """The 404 for whatever the request names and the stack does not have."""
+    return ApiError(HTTPStatus.NOT_FOUND, code, message, **extra)
+
+
 def json_answer(status: int, document: dict[str, Any]) -> HttpAnswer:
     headers = [("Content-Type", "application/json"), ("Cache-Control", "no-store")]
     return HttpAnswer(status, headers, json.dumps(document).encode())
@@ -148,15 +153,9 @@ class InspectorApi:
                 self._check_post(headers)
                 return self.run_action(dead_letter_action(queue))
             case ["actions", action]:
-                raise ApiError(
-                    HTTPStatus.NOT_FOUND,
-                    "not_found",
-                    f"no action {action!r}: the actions are {', '.join(RECOVERY_COMMANDS)}",
-                )
-        raise ApiError(
-            HTTPStatus.NOT_FOUND,
-            "not_found",
-            f"no inspector endpoint {method} {_API}{'/'.join(route)}; see {LOCAL_PREFIX}/ for the page",
+                raise not_found(f"no action {action!r}: the actions are {', '.join(RECOVERY_COMMANDS)}")
+        raise not_found(
+            f"no inspector endpoint {method} {_API}{'/'.join(route)}; see {LOCAL_PREFIX}/ for the page"
         )
 
     @staticmethod
@@ -192,7 +191,7 @@ class InspectorApi:
             name = ""  # only the page itself lives outside static/
         path = (STATIC_DIR / name).resolve()
         if not name or path.parent != STATIC_DIR.resolve() or not path.is_file():
-            raise ApiError(HTTPStatus.NOT_FOUND, "not_found", f"no inspector file {LOCAL_PREFIX}/{name}")
+            raise not_found(f"no inspector file {LOCAL_PREFIX}/{name}")
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         if content_type.startswith("text/") or content_type.endswith("javascript"):
             content_type += "; charset=utf-8"
@@ -237,12 +236,8 @@ class InspectorApi:
     def order(self, order_id: str) -> dict[str, Any]:
         order = self._view.order(order_id)
         if order is None:
-            raise ApiError(
-                HTTPStatus.NOT_FOUND,
-                "order_not_found",
-                f"no order {order_id!r} in {self._view.order_store_name}",
-                orderId=order_id,
-            )
+            message = f"no order {order_id!r} in {self._view.order_store_name}"
+            raise not_found(message, "order_not_found", orderId=order_id)
         hops = self.timeline(order_id)
         note = None
         if not hops:
@@ -277,11 +272,8 @@ class InspectorApi:
     def run_action(self, action: str) -> dict[str, Any]:
         queue = self._action_queues.get(action)
         if queue is None:
-            raise ApiError(
-                HTTPStatus.NOT_FOUND,
-                "not_found",
-                f"this stack's template has no {RECOVERY_COMMANDS[action][0]} output: {action} has no queue",
-            )
+            output = RECOVERY_COMMANDS[action][0]
+            raise not_found(f"this stack's template has no {output} output: {action} has no queue")
         if not self._action_lock.acquire(blocking=False):
             raise ApiError(
                 HTTPStatus.CONFLICT, "action_running", "another redrive is running: wait for its report"

@@ -152,7 +152,7 @@ def _string_attribute(image: dict[str, Any], name: str) -> str | None:
 
 def outbox_image_keys(image: dict[str, Any]) -> EventKeys:
     """An outbox item's event: its envelope, or (a poison item's envelope being unreadable) its
-    eventId, eventType and aggregateId attributes (shop/adapters/outbox_items.py)."""
+    eventId, eventType and aggregateId attributes (shop/adapters/dynamodb/outbox_items.py)."""
     keys = envelope_keys(_json_object(_string_attribute(image, "envelope")))
     return EventKeys(
         event_id=keys.event_id or _string_attribute(image, "eventId"),

@@ -98,33 +98,44 @@ def _ref_target(raw: Any) -> str | None:
     return None
 
 
-def _own_resource(template: Template, arn: str, resource_type: str) -> str | None:
-    """The logical id of the template's resource of this type that an event source's ARN names, if any."""
+_STREAM, _QUEUE = "AWS::DynamoDB::Table", "AWS::SQS::Queue"
+_SOURCE_WORDS = {_STREAM: ("stream", "table"), _QUEUE: ("queue", "queue")}
+
+
+def _mapping_source(
+    template: Template,
+    function: str,
+    name: str,
+    props: dict[str, Any],
+    arn: str,
+    found: EventSources,
+    resource_type: str,
+) -> None:
+    """A stream's or a queue's event source mapping (the ARN names a table's stream or a queue, as
+    resource_type says): emulated where it is the template's own resource of that type."""
+    where = f"{function}.{name}"
     logical_id = template.logical_id_for_arn(str(arn))
     if logical_id is None or template.resources[logical_id]["Type"] != resource_type:
-        return None
-    return logical_id
-
-
-def _mapping_settings(props: dict[str, Any], where: str) -> dict[str, Any]:
-    """What a stream's and a queue's mapping read alike (_MappingSource), with Lambda's defaults."""
-    return {
+        source, noun = _SOURCE_WORDS[resource_type]
+        found.not_emulated.append(f"{where}: {source} {arn} is not a {noun} of this template")
+        return
+    settings = {
+        "function": function,
+        "name": name,
         "batching_window_seconds": float(props.get("MaximumBatchingWindowInSeconds", 0)),
         "filters": _filters(props, where),
         "report_batch_item_failures": "ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
         "enabled": _flag(props.get("Enabled", True)),
     }
+    if resource_type == _STREAM:
+        found.streams.append(_stream_source(logical_id, props, where, settings, found))
+    else:
+        found.queues.append(_queue_source(logical_id, props, settings))
 
 
 def _stream_source(
-    template: Template, function: str, name: str, props: dict[str, Any], arn: str, found: EventSources
-) -> None:
-    table = _own_resource(template, arn, "AWS::DynamoDB::Table")
-    if table is None:
-        found.not_emulated.append(f"{function}.{name}: stream {arn} is not a table of this template")
-        return
-    where = f"{function}.{name}"
-    settings = _mapping_settings(props, where)
+    table: str, props: dict[str, Any], where: str, settings: dict[str, Any], found: EventSources
+) -> StreamSource:
     for pattern in settings["filters"]:
         foreign = sorted(set(pattern) - {"dynamodb"})
         if foreign:
@@ -138,42 +149,26 @@ def _stream_source(
     if props.get("TumblingWindowInSeconds"):
         found.warnings.append(f"{where}: TumblingWindowInSeconds is not emulated")
     on_failure = ((props.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
-    found.streams.append(
-        StreamSource(
-            function=function,
-            name=name,
-            table=table,
-            starting_position=str(props.get("StartingPosition", "TRIM_HORIZON")),
-            batch_size=int(props.get("BatchSize", 100)),
-            maximum_retry_attempts=int(props.get("MaximumRetryAttempts", -1)),
-            bisect_on_error=_flag(props.get("BisectBatchOnFunctionError", False)),
-            maximum_record_age_seconds=int(props.get("MaximumRecordAgeInSeconds", -1)),
-            on_failure_arn=str(on_failure) if on_failure else None,
-            parallelization_factor=parallelization_factor,
-            **settings,
-        )
+    return StreamSource(
+        table=table,
+        starting_position=str(props.get("StartingPosition", "TRIM_HORIZON")),
+        batch_size=int(props.get("BatchSize", 100)),
+        maximum_retry_attempts=int(props.get("MaximumRetryAttempts", -1)),
+        bisect_on_error=_flag(props.get("BisectBatchOnFunctionError", False)),
+        maximum_record_age_seconds=int(props.get("MaximumRecordAgeInSeconds", -1)),
+        on_failure_arn=str(on_failure) if on_failure else None,
+        parallelization_factor=parallelization_factor,
+        **settings,
     )
 
 
-def _queue_source(
-    template: Template, function: str, name: str, props: dict[str, Any], arn: str, found: EventSources
-) -> None:
-    queue = _own_resource(template, arn, "AWS::SQS::Queue")
-    if queue is None:
-        found.not_emulated.append(f"{function}.{name}: queue {arn} is not a queue of this template")
-        return
+def _queue_source(queue: str, props: dict[str, Any], settings: dict[str, Any]) -> QueueSource:
     scaling = props.get("ScalingConfig") or {}
-    found.queues.append(
-        QueueSource(
-            function=function,
-            name=name,
-            queue=queue,
-            batch_size=int(props.get("BatchSize", 10)),
-            maximum_concurrency=int(scaling["MaximumConcurrency"])
-            if "MaximumConcurrency" in scaling
-            else None,
-            **_mapping_settings(props, f"{function}.{name}"),
-        )
+    return QueueSource(
+        queue=queue,
+        batch_size=int(props.get("BatchSize", 10)),
+        maximum_concurrency=int(scaling["MaximumConcurrency"]) if "MaximumConcurrency" in scaling else None,
+        **settings,
     )
 
 
@@ -211,9 +206,9 @@ def read_event_sources(template: Template) -> EventSources:
             kind = event.get("Type")
             props = event.get("Properties", {})
             if kind == "DynamoDB":
-                _stream_source(template, function, name, props, props["Stream"], found)
+                _mapping_source(template, function, name, props, props["Stream"], found, _STREAM)
             elif kind == "SQS":
-                _queue_source(template, function, name, props, props["Queue"], found)
+                _mapping_source(template, function, name, props, props["Queue"], found, _QUEUE)
             elif kind == "Api":
                 raw_api = raw_events.get(name, {}).get("Properties", {}).get("RestApiId")
                 found.routes.append(
@@ -242,9 +237,9 @@ def read_event_sources(template: Template) -> EventSources:
                 f"{logical_id}: function {props.get('FunctionName')} is not in this template"
             )
         elif ":dynamodb:" in source_arn:
-            _stream_source(template, target, logical_id, props, source_arn, found)
+            _mapping_source(template, target, logical_id, props, source_arn, found, _STREAM)
         elif ":sqs:" in source_arn:
-            _queue_source(template, target, logical_id, props, source_arn, found)
+            _mapping_source(template, target, logical_id, props, source_arn, found, _QUEUE)
         else:
             found.not_emulated.append(f"{logical_id} (event source {source_arn})")
     return found

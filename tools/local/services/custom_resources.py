@@ -49,20 +49,37 @@ def service_function(template: Template, logical_id: str) -> str:
     return target
 
 
-class _Responses(ThreadingHTTPServer):
+class ResponseServer(ThreadingHTTPServer):
+    """Where custom resources PUT their responses (each request's ResponseURL, as CloudFormation's
+    presigned S3 URL), by request id: a loopback server, serving from a thread of its own until close()."""
+
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, thread_name: str) -> None:
         super().__init__((LOOPBACK, 0), _ResponseHandler)
         self.received: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        threading.Thread(target=self.serve_forever, name=thread_name, daemon=True).start()
 
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.server_address[1]}"
+    def url(self, request_id: str) -> str:
+        return f"http://{LOOPBACK}:{self.server_address[1]}/{request_id}"
+
+    def response(self, request_id: str, timeout: float) -> dict[str, Any] | None:
+        """The response to `request_id` (None: none within `timeout`); responses to others are dropped."""
+        try:
+            while True:
+                answered_id, response = self.received.get(timeout=timeout)
+                if answered_id == request_id:
+                    return response
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
 
 
 class _ResponseHandler(BaseHTTPRequestHandler):
-    server: _Responses
+    server: ResponseServer
 
     def do_PUT(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -84,20 +101,17 @@ def create_custom_resources(template: Template, functions: dict[str, FunctionRun
     names = custom_resources(template)
     if not names:
         return created
-    server = _Responses()
-    thread = threading.Thread(target=server.serve_forever, name="custom-resource-responses", daemon=True)
-    thread.start()
+    server = ResponseServer("custom-resource-responses")
     try:
         for logical_id in names:
             created[logical_id] = _create(template, logical_id, functions, server)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     return created
 
 
 def _create(
-    template: Template, logical_id: str, functions: dict[str, FunctionRuntime], server: _Responses
+    template: Template, logical_id: str, functions: dict[str, FunctionRuntime], server: ResponseServer
 ) -> Any:
     function = service_function(template, logical_id)
     if function not in functions:
@@ -109,7 +123,7 @@ def _create(
     }
     event = {
         "RequestType": "Create",
-        "ResponseURL": f"{server.url}/{request_id}",
+        "ResponseURL": server.url(request_id),
         "StackId": ACCOUNT_STACK_ID.format(region=REGION, stack=template.stack_name),
         "RequestId": request_id,
         "ResourceType": template.resources[logical_id]["Type"],

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 SEED_FILE = Path(__file__).resolve().parents[1] / "seed.json"  # tools/local/seed.json
 # Seed sections in the project's domain format are applied by the project's own seed command, so the
-# key design stays in one place (shop.adapters.keys). Placeholders: {file} and any template output name.
+# key design stays in one place (shop.adapters.dynamodb.keys). Placeholders: {file} and any template
+# output name.
 DOMAIN_SEED_COMMANDS = {
     "stock": ("-m", "operations", "seed", "--table", "{InventoryTableName}", "--file", "{file}"),
 }

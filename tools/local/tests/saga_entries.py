@@ -150,6 +150,19 @@ def notification(event: dict[str, Any], at: float) -> Publication:
     return Publication("NotificationTopic", text, message_id=str(uuid.uuid4()), at=T0 + at)
 
 
+# Each hop of a confirmed saga, in order, as the inspector's timeline shows it: (function, event type).
+CONFIRMED_SAGA_HOPS: list[tuple[str, str | None]] = [
+    ("OrdersApiFunction", None),
+    ("OutboxRelayFunction", "OrderCreated"),
+    ("InventoryFunction", "OrderCreated"),
+    ("OutboxRelayFunction", "InventoryReserved"),
+    ("OrderStatusFunction", "InventoryReserved"),
+    ("OutboxRelayFunction", "OrderConfirmed"),
+    ("NotificationFunction", "OrderConfirmed"),
+    ("NotificationTopic", "OrderConfirmed"),
+]
+
+
 def confirmed_saga(order_id: str, correlation_id: str) -> list[Any]:
     """Every entry of an order confirmed and notified, in the order the stack records them."""
     created = envelope("OrderCreated", order_id, correlation_id)

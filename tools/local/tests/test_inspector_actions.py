@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ from tools.local.inspector.api import inspector_for
 from tools.local.operator_commands import CommandRun, command_environment
 from tools.local.pollers.event_sources import EventSources, read_event_sources
 from tools.local.services.emulators import FAKE_CREDENTIALS, Endpoints
+from tools.local.tests.command_reports import POISON_REPORT, POWERTOOLS_LINE
 from tools.template import REGION, ROOT, Template
 
 MOTO = "http://127.0.0.1:45123"
@@ -59,30 +59,23 @@ def stack(template: Template) -> FakeStack:
 
 # The command lines, written out: the stack output each button reads (RelayDeadLetterQueueUrl,
 # RelayPoisonQueueUrl, EventBusName) resolved as the CLI would resolve them with --stack-name.
-REDRIVE = [
+RELAY_COMMAND = [  # both relay buttons: the bus and the poison queue come first
     "-m",
     "operations",
     "--bus",
     "local-EventBus",
     "--poison-queue-url",
     queue_url("RelayPoisonQueue"),
+]
+REDRIVE = [
+    *RELAY_COMMAND,
     "redrive",
     "--max-messages",
     "1000",
     "--queue-url",
     queue_url("RelayDeadLetterQueue"),
 ]
-REDRIVE_POISON = [
-    "-m",
-    "operations",
-    "--bus",
-    "local-EventBus",
-    "--poison-queue-url",
-    queue_url("RelayPoisonQueue"),
-    "redrive-poison",
-    "--max-messages",
-    "1000",
-]
+REDRIVE_POISON = [*RELAY_COMMAND, "redrive-poison", "--max-messages", "1000"]
 
 
 @pytest.mark.parametrize(("action", "arguments"), [("redrive", REDRIVE), ("redrive-poison", REDRIVE_POISON)])
@@ -142,18 +135,7 @@ def test_the_command_runs_against_the_local_stack_only_with_the_relays_outbox_se
     assert environment["POWERTOOLS_TRACE_DISABLED"] == "true"
 
 
-POISON_REPORT = {
-    "messageId": "m-1",
-    "source": "poison queue",
-    "expected": 1,
-    "found": 1,
-    "published": 1,
-    "missing": [],
-    "unpublished": [],
-    "complete": True,
-}
 KEPT_REPORT = {**POISON_REPORT, "messageId": "m-2", "published": 0, "complete": False, "missing": ["e-9"]}
-POWERTOOLS_LINE = {"level": "INFO", "message": "outbox events republished", "complete": True}
 
 
 @dataclass
@@ -213,28 +195,33 @@ JSON_POST = [
 ]
 
 
-def post(stack: FakeStack, action: str) -> tuple[int, dict[str, Any]]:
-    answer = inspector_for(stack).handle("POST", f"/_local/api/actions/{action}", JSON_POST, b"{}")  # type: ignore[arg-type]
-    return answer.status, json.loads(answer.body)
+@dataclass
+class Buttons:
+    """The stack's buttons through the JSON API, with subprocess.run answering what the command prints."""
+
+    stack: FakeStack
+    monkeypatch: pytest.MonkeyPatch
+
+    def command_prints(self, *documents: dict[str, Any], returncode: int = 0, stderr: str = "") -> Completed:
+        completed = Completed(lines(*documents), returncode, stderr)
+        self.monkeypatch.setattr(subprocess, "run", completed)
+        return completed
+
+    def post(self, action: str) -> tuple[int, dict[str, Any]]:
+        answer = inspector_for(self.stack).handle("POST", f"/_local/api/actions/{action}", JSON_POST, b"{}")  # type: ignore[arg-type]
+        return answer.status, json.loads(answer.body)
 
 
 @pytest.fixture
-def command_prints(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Completed]:
-    def setup(*documents: dict[str, Any], returncode: int = 0, stderr: str = "") -> Completed:
-        completed = Completed(lines(*documents), returncode, stderr)
-        monkeypatch.setattr(subprocess, "run", completed)
-        return completed
-
-    return setup
+def buttons(stack: FakeStack, monkeypatch: pytest.MonkeyPatch) -> Buttons:
+    return Buttons(stack, monkeypatch)
 
 
-def test_the_poison_button_through_the_api_answers_the_exact_command_and_its_report(
-    stack: FakeStack, command_prints: Callable[..., Completed]
-) -> None:
+def test_the_poison_button_through_the_api_answers_the_exact_command_and_its_report(buttons: Buttons) -> None:
     summary = {"redriven": 1, "kept": 0, "parked": []}
-    completed = command_prints(POWERTOOLS_LINE, POISON_REPORT, summary)
+    completed = buttons.command_prints(POWERTOOLS_LINE, POISON_REPORT, summary)
 
-    status, document = post(stack, "redrive-poison")
+    status, document = buttons.post("redrive-poison")
 
     assert status == 200
     assert [call["argv"] for call in completed.calls] == [[sys.executable, *REDRIVE_POISON]]
@@ -251,13 +238,13 @@ def test_the_poison_button_through_the_api_answers_the_exact_command_and_its_rep
     )
 
 
-def test_the_dead_letter_button_reports_what_it_kept_and_what_it_parked_on_the_way(
-    stack: FakeStack, command_prints: Callable[..., Completed]
-) -> None:
+def test_the_dead_letter_button_reports_what_it_kept_and_what_it_parked_on_the_way(buttons: Buttons) -> None:
     summary = {"redriven": 1, "kept": 1, "parked": ["e-7"]}
-    command_prints(POISON_REPORT, KEPT_REPORT, {"error": "PutEvents throttled"}, summary, returncode=1)
+    buttons.command_prints(
+        POISON_REPORT, KEPT_REPORT, {"error": "PutEvents throttled"}, summary, returncode=1
+    )
 
-    status, document = post(stack, "redrive")
+    status, document = buttons.post("redrive")
 
     assert status == 200
     assert document["command"] == " ".join(["python", *REDRIVE])
@@ -272,11 +259,13 @@ def test_the_dead_letter_button_reports_what_it_kept_and_what_it_parked_on_the_w
 
 
 def test_a_command_that_dies_without_its_closing_report_is_a_500_naming_the_command_line(
-    stack: FakeStack, command_prints: Callable[..., Completed]
+    buttons: Buttons,
 ) -> None:
-    command_prints(returncode=2, stderr="usage: python -m operations ...\nerror: unrecognized arguments")
+    buttons.command_prints(
+        returncode=2, stderr="usage: python -m operations ...\nerror: unrecognized arguments"
+    )
 
-    status, document = post(stack, "redrive")
+    status, document = buttons.post("redrive")
 
     assert status == 500
     assert document["error"]["code"] == "command_failed"
@@ -285,12 +274,10 @@ def test_a_command_that_dies_without_its_closing_report_is_a_500_naming_the_comm
     assert document["report"]["stderr"].startswith("usage: python -m operations")
 
 
-def test_a_run_that_found_nothing_is_a_409_naming_the_queue(
-    stack: FakeStack, command_prints: Callable[..., Completed]
-) -> None:
-    command_prints({"redriven": 0, "kept": 0, "parked": []})
+def test_a_run_that_found_nothing_is_a_409_naming_the_queue(buttons: Buttons) -> None:
+    buttons.command_prints({"redriven": 0, "kept": 0, "parked": []})
 
-    status, document = post(stack, "redrive-poison")
+    status, document = buttons.post("redrive-poison")
 
     assert (status, document["error"]["code"]) == (409, "nothing_to_redrive")
     assert document["error"]["message"] == (
@@ -388,11 +375,11 @@ MOVED_REPORT = {
 
 
 def test_the_dead_letter_button_through_the_api_answers_the_exact_command_and_what_it_moved(
-    stack: FakeStack, command_prints: Callable[..., Completed]
+    buttons: Buttons,
 ) -> None:
-    completed = command_prints(MOVED_REPORT, {"redriven": 1, "kept": 0})
+    completed = buttons.command_prints(MOVED_REPORT, {"redriven": 1, "kept": 0})
 
-    status, document = post(stack, "redrive-dlq/InventoryDeadLetterQueue")
+    status, document = buttons.post("redrive-dlq/InventoryDeadLetterQueue")
 
     assert status == 200
     arguments = redrive_dlq("InventoryDeadLetterQueue", "InventoryQueue")
@@ -410,13 +397,11 @@ def test_the_dead_letter_button_through_the_api_answers_the_exact_command_and_wh
     )
 
 
-def test_a_dead_letter_redrive_that_kept_a_message_says_so(
-    stack: FakeStack, command_prints: Callable[..., Completed]
-) -> None:
+def test_a_dead_letter_redrive_that_kept_a_message_says_so(buttons: Buttons) -> None:
     kept = {**MOVED_REPORT, "complete": False, "error": "not moved: SendMessage failed: AccessDenied"}
-    command_prints(kept, {"redriven": 0, "kept": 1}, returncode=1)
+    buttons.command_prints(kept, {"redriven": 0, "kept": 1}, returncode=1)
 
-    status, document = post(stack, "redrive-dlq/InventoryDeadLetterQueue")
+    status, document = buttons.post("redrive-dlq/InventoryDeadLetterQueue")
 
     assert (status, document["complete"]) == (200, False)
     assert document["messages"] == [kept]
@@ -426,12 +411,10 @@ def test_a_dead_letter_redrive_that_kept_a_message_says_so(
     )
 
 
-def test_a_queue_that_is_no_dead_letter_queue_has_no_redrive(
-    stack: FakeStack, command_prints: Callable[..., Completed]
-) -> None:
-    completed = command_prints({"redriven": 1, "kept": 0})
+def test_a_queue_that_is_no_dead_letter_queue_has_no_redrive(buttons: Buttons) -> None:
+    completed = buttons.command_prints({"redriven": 1, "kept": 0})
 
-    status, document = post(stack, "redrive-dlq/InventoryQueue")
+    status, document = buttons.post("redrive-dlq/InventoryQueue")
 
     assert (status, document["error"]["code"]) == (404, "not_found")
     assert completed.calls == []

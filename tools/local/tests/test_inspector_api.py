@@ -17,6 +17,7 @@ from tools.local.inspector.api import InspectorApi
 from tools.local.inspector.stack_view import QueueState, message_summary
 from tools.local.operator_commands import CommandRun
 from tools.local.pollers.event_sources import ApiRoute
+from tools.local.tests.command_reports import POISON_REPORT, POWERTOOLS_LINE
 from tools.local.tests.saga_entries import confirmed_saga
 
 ORDERS = [
@@ -29,17 +30,6 @@ ORDERS = [
         "createdAt": "2026-11-21T12:00:01.000Z",
     },
 ]
-POISON_REPORT = {
-    "messageId": "m-1",
-    "source": "poison queue",
-    "expected": 1,
-    "found": 1,
-    "published": 1,
-    "missing": [],
-    "unpublished": [],
-    "complete": True,
-}
-POWERTOOLS_LINE = {"level": "INFO", "message": "outbox events republished", "complete": True}
 
 
 def command_run(exit_code: int, *lines: dict[str, Any], stderr: str = "") -> CommandRun:

@@ -20,6 +20,7 @@ from tools.local.inspector.timeline import (
 )
 from tools.local.runtime.functions import FunctionError
 from tools.local.tests.saga_entries import (
+    CONFIRMED_SAGA_HOPS,
     T0,
     api_request,
     confirmed_saga,
@@ -35,16 +36,7 @@ from tools.local.tests.saga_entries import (
     traceparent,
 )
 
-SAGA = [
-    ("OrdersApiFunction", None),
-    ("OutboxRelayFunction", "OrderCreated"),
-    ("InventoryFunction", "OrderCreated"),
-    ("OutboxRelayFunction", "InventoryReserved"),
-    ("OrderStatusFunction", "InventoryReserved"),
-    ("OutboxRelayFunction", "OrderConfirmed"),
-    ("NotificationFunction", "OrderConfirmed"),
-    ("NotificationTopic", "OrderConfirmed"),
-]
+SAGA = CONFIRMED_SAGA_HOPS
 
 
 def shape(hops: list[Hop]) -> list[tuple[str, str | None]]:

@@ -1,4 +1,5 @@
-"""The relay's poison queue (SQS): poison outbox records (shop.domain.poison), parked whole.
+"""The relays' poison queue (SQS): poison outbox records (shop.domain.poison), parked whole, and the one
+codec of its message (poison_message_body writes it, parked_poison reads it back).
 
 A poison record (undecodable image, invalid envelope, event larger than the bus accepts) fails the
 same way on every retry. Reporting it in `batchItemFailures` would hold its shard and, with
@@ -6,11 +7,15 @@ same way on every retry. Reporting it in `batchItemFailures` would hold its shar
 remaining records": its healthy later neighbours would be dead-lettered with it. So the relay parks
 it here itself, with everything needed to inspect or republish it, and moves on.
 
-The message body (JSON, `kind` = "outbox-poison", `version` = 1):
+The message body (JSON, `kind` = "outbox-poison", `version` = 1), the same for either store:
     eventId, sequenceNumber, streamArn, reason, details, parkedAt,
-    item   the outbox item exactly as the stream delivered it (DynamoDB attribute-value form),
-    itemOmitted / key   when the item is too large for one queue message: only its key, and the item
-                        stays readable in the table until its TTL.
+    item   the record exactly as its store delivered it: a DynamoDB outbox item as the stream delivered
+           it (attribute-value form), or a PostgreSQL outbox row (`store` = "postgres", `position`, ...);
+    itemOmitted / key   when the item is too large for one queue message: only its key (the item's
+                        key in its table, which holds it until its TTL; or the row's store, position
+                        and event id), and the item stays readable in its store.
+The position is the record's: a stream record's sequenceNumber and streamArn, or a row's position as
+sequenceNumber (streamArn null).
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shop.adapters import aws, keys
+from shop.adapters import aws
 from shop.domain.envelope import format_time, now
-from shop.domain.poison import PoisonRecord
+from shop.domain.poison import ParkedPoison, PoisonPosition, PoisonRecord, RowPosition, StreamPosition
 
 POISON_KIND = "outbox-poison"
 # SQS accepts 256 KiB per message (1 MiB since 2025 in some regions): stay under the smaller limit.
@@ -40,12 +45,13 @@ def _message_text(body: dict[str, Any]) -> tuple[str, int]:
 
 
 def poison_message_body(record: PoisonRecord) -> str:
+    """Encode: the message of a record parked whole (or by its key, when too large for one message)."""
     body: dict[str, Any] = {
         "kind": POISON_KIND,
         "version": 1,
         "eventId": record.event_id,
-        "sequenceNumber": record.sequence_number,
-        "streamArn": record.stream_arn,
+        "sequenceNumber": record.position.marker,
+        "streamArn": record.position.stream_arn if isinstance(record.position, StreamPosition) else None,
         "reason": record.reason,
         "details": record.details,
         "parkedAt": format_time(now()),
@@ -55,13 +61,15 @@ def poison_message_body(record: PoisonRecord) -> str:
     if size <= MAX_MESSAGE_BYTES:
         return text
     del body["item"]
-    if record.image.get("store") == "postgres":  # a row the polling publisher parked
-        body["itemOmitted"] = "larger than one queue message; the row stays in the order database's outbox"
-        body["key"] = {name: record.image.get(name) for name in ("store", "position", "eventId")}
-    else:
-        body["itemOmitted"] = "larger than one queue message; read it from the table by key before its TTL"
-        body["key"] = {name: record.image.get(name) for name in (keys.PK, keys.SK)}
+    body["itemOmitted"] = _OMITTED[record.store]
+    body["key"] = record.key
     return _message_text(body)[0]
+
+
+_OMITTED = {
+    StreamPosition.store: "larger than one queue message; read it from the table by key before its TTL",
+    RowPosition.store: "larger than one queue message; the row stays in the order database's outbox",
+}
 
 
 def checked_poison_message(body: object) -> dict[str, Any]:
@@ -71,6 +79,25 @@ def checked_poison_message(body: object) -> dict[str, Any]:
     if body.get("item") is None and body.get("key") is None:
         raise ValueError("poison message holds neither the item nor its key")
     return body
+
+
+def parked_poison(body: dict[str, Any]) -> ParkedPoison:
+    """Decode: the parked record of a message body (checked_poison_message checks it first). A row of the
+    PostgreSQL outbox says so in its item, or its key (`store`); anything else is a stream record."""
+    image = body.get("item")
+    key = body.get("key")
+    key = key if isinstance(key, dict) else {}
+    held = image if isinstance(image, dict) else key if image is None else {}
+    position: PoisonPosition
+    if held.get("store") == RowPosition.store:
+        at = held.get("position")
+        position = RowPosition(at if isinstance(at, int) else -1)
+    else:
+        arn = body.get("streamArn")
+        position = StreamPosition(
+            str(body.get("sequenceNumber") or ""), arn if isinstance(arn, str) else None
+        )
+    return ParkedPoison(event_id=str(body.get("eventId")), position=position, image=image, key=key)
 
 
 class PoisonQueue:

@@ -1,6 +1,6 @@
 """The outbox in domain terms: which events may be written, and the entry an outbox event becomes.
 
-How an outbox event is stored (the table item, its keys and TTL) is adapters.outbox_items; how an
+How an outbox event is stored (the table item, its keys and TTL) is adapters.dynamodb.outbox_items; how an
 entry reaches the bus is adapters.eventbridge.
 """
 

@@ -77,7 +77,7 @@ def park_poison(record: PoisonRecord, sink: PoisonSink) -> bool:
     """Park the record; False when the poison queue failed (transient, like any publish failure)."""
     extra = {
         "event_id": record.event_id,
-        "sequence_number": record.sequence_number,
+        "sequence_number": record.position.marker,
         "reason": record.reason,
         "details": record.details,
     }

@@ -26,11 +26,11 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from shop.adapters.outbox_items import decode_outbox_image, event_id_of_image, is_outbox_image
+from shop.adapters.dynamodb.outbox_items import decode_outbox_image, is_outbox_image, poison_record
 from shop.domain.envelope import parse_time
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import OutboxEntry
-from shop.domain.poison import PoisonRecord, PoisonSink
+from shop.domain.poison import PoisonRecord, PoisonSink, StreamPosition
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger, metrics
 from shop.runtime.outbox_publishing import (
@@ -54,14 +54,7 @@ class StreamChange:
     def poison_record(self, problem: InvalidEnvelope) -> PoisonRecord:
         """The record parked whole, named by its place in the stream."""
         assert self.new_image is not None
-        return PoisonRecord(
-            sequence_number=self.sequence_number,
-            event_id=event_id_of_image(self.new_image),
-            reason=problem.message,
-            details=problem.details,
-            image=self.new_image,
-            stream_arn=self.stream_arn,
-        )
+        return poison_record(self.new_image, problem, StreamPosition(self.sequence_number, self.stream_arn))
 
 
 @dataclass

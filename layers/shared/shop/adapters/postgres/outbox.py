@@ -24,7 +24,7 @@ import psycopg
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import OutboxEntry, ensure_publishable, outbox_entry
-from shop.domain.poison import PoisonRecord
+from shop.domain.poison import PoisonRecord, RowPosition
 from shop.domain.publishing import interleave_orders
 
 _INSERT = """
@@ -113,12 +113,14 @@ class OutboxRow:
 
     def poison_record(self, problem: InvalidEnvelope) -> PoisonRecord:
         """The row parked whole, named by its position in the outbox."""
+        item = self.as_item()
         return PoisonRecord(
-            sequence_number=str(self.position),
+            position=RowPosition(self.position),
             event_id=self.event_id,
             reason=problem.message,
             details={**problem.details, "outboxPosition": self.position},
-            image=self.as_item(),
+            image=item,
+            key={name: item[name] for name in ("store", "position", "eventId")},
         )
 
     def as_item(self) -> dict[str, Any]:

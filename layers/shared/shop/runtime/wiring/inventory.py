@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shop.adapters.inventory_repository import DynamoInventoryRepository
+from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
 from shop.domain.inventory import InventoryService
 from shop.runtime import invocation
 from shop.runtime.config import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 # Imported with the module, so a cold start pays for the default store's adapter at init, as before
 # there was a choice (the cold-start bench measures it); the PostgreSQL adapter is imported on first
 # use, so DynamoDB deployments never load psycopg.
-from shop.adapters.order_repository import DynamoOrderRepository
+from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.domain.orders import OrderRepository, OrderService
 from shop.runtime import invocation
 from shop.runtime.config import Settings

@@ -6,15 +6,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shop.adapters import aws, keys
-from shop.adapters.dynamo import (
+from shop.adapters import aws
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import OutboxSettings, outbox_put
+from shop.adapters.dynamodb.transactions import (
     SecondsLeft,
     cancellation_reasons,
     raise_if_throttled,
     transact_write_items,
     unbounded,
 )
-from shop.adapters.outbox_items import OutboxSettings, outbox_put
 from shop.domain.envelope import CloudEvent
 from shop.domain.inventory import InsufficientStock, Reservation, ReservationChanged, ReservationStatus
 from shop.domain.tracing import TraceHeaderSource, no_trace_header

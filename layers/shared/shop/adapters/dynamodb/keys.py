@@ -26,6 +26,7 @@ import hashlib
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 Key = dict[str, dict[str, str]]
 
@@ -86,6 +87,11 @@ def reservation_key(order_id: str) -> Key:
 def outbox_key(partition: str, sequence: int, event_id: str) -> Key:
     # Zero-padded so that an aggregate's outbox items sort by sequence within its collection.
     return _key(partition, f"{OUTBOX_SK_PREFIX}{sequence:012d}#{event_id}")
+
+
+def item_key(item: dict[str, Any]) -> dict[str, Any]:
+    """The key of an item (attribute-value form), as GetItem takes it."""
+    return {name: item.get(name) for name in (PK, SK)}
 
 
 def is_outbox_sort_key(sort_key: str) -> bool:

@@ -1,12 +1,12 @@
 """The outbox item contract, shared by every table that feeds the relay.
 
 An outbox item is immutable once written. Its attributes:
-    PK, SK           see shop.adapters.keys (SK starts with OUTBOX#)
+    PK, SK           see shop.adapters.dynamodb.keys (SK starts with OUTBOX#)
     envelope         the CloudEvents JSON, byte for byte what becomes the PutEvents Detail
     eventId          key of the OutboxByEventId index (replay of one event); names a poison record
     eventType, aggregateId, sequence   what the event is, readable without parsing the envelope
                      (the chaos fault injector tells a transaction's kind by them)
-    outboxBucket, outboxTime   sparse time index for replay (shop.adapters.keys)
+    outboxBucket, outboxTime   sparse time index for replay (shop.adapters.dynamodb.keys)
     traceHeader      X-Ray trace header of the writer: only on items written before the envelope
                      carried it (read, never written: the relay derives the header from the envelope's
                      traceparent, which saved an item from crossing 1 KB)
@@ -22,10 +22,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Protocol
 
-from shop.adapters import keys
+from shop.adapters.dynamodb import keys
 from shop.domain.envelope import CloudEvent, parse_time
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import OutboxEntry, ensure_publishable, outbox_entry
+from shop.domain.poison import PoisonRecord, StreamPosition
 
 ENVELOPE = "envelope"
 TRACE_HEADER = "traceHeader"
@@ -78,7 +79,7 @@ def outbox_put(
     table: str, event: CloudEvent, partition: str, settings: OutboxSettings, trace_header: str | None
 ) -> dict[str, Any]:
     """The TransactWriteItems action putting an event's outbox item into `partition` (the aggregate's item
-    collection, shop.adapters.keys) of `table`: written once, so only where its key is not taken."""
+    collection, shop.adapters.dynamodb.keys) of `table`: written once, so only where its key is not taken."""
     item = outbox_item(
         event,
         partition,
@@ -102,6 +103,19 @@ def event_id_of_image(image: dict[str, Any]) -> str:
     if event_id:
         return event_id
     return f"{_string_attribute(image, keys.PK)}|{_string_attribute(image, keys.SK)}"
+
+
+def poison_record(image: dict[str, Any], problem: InvalidEnvelope, position: StreamPosition) -> PoisonRecord:
+    """An outbox item image that can never be published, parked whole, named by its place in the stream
+    and found again in its table by its key."""
+    return PoisonRecord(
+        position=position,
+        event_id=event_id_of_image(image),
+        reason=problem.message,
+        details=problem.details,
+        image=image,
+        key=keys.item_key(image),
+    )
 
 
 def outbox_expiry(image: dict[str, Any]) -> float | None:

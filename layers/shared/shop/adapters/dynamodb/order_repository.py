@@ -8,8 +8,10 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from shop.adapters import aws, keys
-from shop.adapters.dynamo import (
+from shop.adapters import aws
+from shop.adapters.dynamodb import keys
+from shop.adapters.dynamodb.outbox_items import OutboxSettings, outbox_put
+from shop.adapters.dynamodb.transactions import (
     SecondsLeft,
     cancellation_codes,
     error_code,
@@ -17,7 +19,6 @@ from shop.adapters.dynamo import (
     transact_write_items,
     unbounded,
 )
-from shop.adapters.outbox_items import OutboxSettings, outbox_put
 from shop.domain.envelope import CloudEvent
 from shop.domain.orders import (
     Order,
