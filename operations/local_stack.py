@@ -25,9 +25,9 @@ STATE_ROOT = Path(__file__).resolve().parent.parent / ".local-data"
 DEFAULT_PORT = 3000
 # Commands that need the order store's maintenance function, where the store has one.
 _MAINTENANCE_COMMANDS = frozenset({"replay", "discard-poison", "recover-slot"})
-# The order stores served by a maintenance function (the template's OrderStoreMaintenanceFunctionName
-# output, condition UsePostgres): the value of the state's `order_store`.
-_STORES_WITH_A_MAINTENANCE_FUNCTION = frozenset({"postgres"})
+# The stack output naming the order store's maintenance function (OrderStore=postgres): a local stack
+# has it but withholds it (it serves no Lambda API to invoke the function by).
+_MAINTENANCE_OUTPUT = "OrderStoreMaintenanceFunctionName"
 
 _outputs: dict[str, dict[str, str]] = {}  # stack name -> outputs, for the stacks found here
 
@@ -70,7 +70,7 @@ def use_local_stack(args: argparse.Namespace, root: Path | None = None) -> None:
     maintenance = args.command in _MAINTENANCE_COMMANDS or (
         args.command == "redrive-poison" and getattr(args, "event_id", None)
     )
-    if state.get("order_store") in _STORES_WITH_A_MAINTENANCE_FUNCTION and maintenance:
+    if _MAINTENANCE_OUTPUT in state.get("withheld_outputs", ()) and maintenance:
         raise SystemExit(
             f"error: {args.command} goes through the order database's maintenance function, and the local "
             "stack serves no Lambda API to invoke it (see docs/local-stack.md)"

@@ -90,6 +90,11 @@ def local_outputs(stack: LocalStack) -> dict[str, str]:
     return outputs
 
 
+def withheld_outputs(stack: LocalStack) -> list[str]:
+    """The stack outputs local_outputs leaves out: the functions' names (no Lambda API to call them by)."""
+    return sorted(name for name in stack.template.outputs() if name.endswith(_FUNCTION_OUTPUT_SUFFIX))
+
+
 def write_state(stack: LocalStack, path: Path) -> None:
     """Record a running stack, so `make invoke` and the operator commands can use it (written whole,
     then renamed into place: a reader never sees half a file)."""
@@ -106,6 +111,7 @@ def write_state(stack: LocalStack, path: Path) -> None:
         "endpoints": {"dynamodb": stack.endpoints.dynamodb, "moto": stack.endpoints.moto},
         "api_url": stack.api_url if stack.api is not None else None,
         "outputs": local_outputs(stack),
+        "withheld_outputs": withheld_outputs(stack),
         "operator_environment": operator_environment(stack),
     }
     path.parent.mkdir(parents=True, exist_ok=True)

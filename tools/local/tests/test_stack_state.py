@@ -13,7 +13,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -21,7 +22,7 @@ import tools.local.__main__ as local_main
 from operations import local_stack as operations_local
 from tools.local import stack_state
 from tools.local.processes import StartupError
-from tools.local.stack import DEFAULT_DATA_DIR
+from tools.local.stack import DEFAULT_DATA_DIR, LocalStack
 from tools.local.stack_state import (
     StateLock,
     remove_state,
@@ -30,6 +31,7 @@ from tools.local.stack_state import (
     state_dir,
     state_file,
 )
+from tools.template import Template
 
 
 @pytest.fixture
@@ -160,9 +162,33 @@ def test_without_a_stack_on_port_the_operator_commands_say_what_to_do(
 def test_commands_that_need_the_maintenance_function_are_refused_on_a_local_postgres_stack(
     tmp_path: Path, listening_port: int, monkeypatch: pytest.MonkeyPatch, command: str, values: dict[str, Any]
 ) -> None:
-    state = {"outputs": {}, "operator_environment": {}, "order_store": "postgres"}
+    withheld = ["OrderStoreMaintenanceFunctionName", "OutboxPublisherFunctionName"]
+    state = {"outputs": {}, "operator_environment": {}, "withheld_outputs": withheld}
     write(state_file(3000, tmp_path), os.getpid(), listening_port, **state)
     monkeypatch.delenv("PORT", raising=False)
 
     with pytest.raises(SystemExit, match="serves no Lambda API"):
         operations_local.use_local_stack(namespace(command, **values), tmp_path)
+
+
+@pytest.mark.parametrize(("order_store", "refused"), [("postgres", True), ("dynamodb", False)])
+def test_a_stack_withholds_its_function_outputs_and_only_postgres_names_a_maintenance_function(
+    tmp_path: Path, listening_port: int, monkeypatch: pytest.MonkeyPatch, order_store: str, refused: bool
+) -> None:
+    """The state names the outputs the operator commands cannot use (functions, no Lambda API to invoke
+    them by): a replay on a stack whose template has a maintenance function is refused, saying why; on
+    one without (DynamoDB: the command works on the tables) it goes on."""
+    stack = SimpleNamespace(template=Template.load(parameters={"OrderStore": order_store}))
+    withheld = stack_state.withheld_outputs(cast(LocalStack, stack))
+    assert "OrdersApiFunctionName" in withheld
+    assert all(name.endswith("FunctionName") for name in withheld)
+    assert ("OrderStoreMaintenanceFunctionName" in withheld) is refused
+    state = {"outputs": {}, "operator_environment": {}, "withheld_outputs": withheld}
+    write(state_file(3000, tmp_path), os.getpid(), listening_port, **state)
+    monkeypatch.delenv("PORT", raising=False)
+
+    if refused:
+        with pytest.raises(SystemExit, match="serves no Lambda API"):
+            operations_local.use_local_stack(namespace("replay"), tmp_path)
+    else:
+        operations_local.use_local_stack(namespace("replay"), tmp_path)
