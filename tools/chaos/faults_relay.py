@@ -19,7 +19,6 @@ from typing import Any
 from botocore.client import BaseClient
 from botocore.exceptions import ReadTimeoutError
 
-from shop.adapters.postgres.pgoutput import lsn_text
 from tools.chaos.injection import ApiCall, ChaosCrash, InjectorBase, client_error
 from tools.chaos.plan import (
     RELAY_CALL_ERROR,
@@ -254,7 +253,7 @@ class RelayFaults(InjectorBase):
                 "advance_slot",
                 replay_ids=replay_ids,
                 set_kinds=kinds,
-                message_lsn=lsn_text(activated[0]),
+                message_lsn=f"{activated[0] >> 32:X}/{activated[0] & 0xFFFFFFFF:X}",
             )
             raise ChaosCrash(f"chaos: {self.function} dies after a set's activation committed")
 
@@ -281,6 +280,6 @@ class RelayFaults(InjectorBase):
             "advance_slot",
             event_ids=ids,
             positions=[int(row.position) for row in rows],
-            confirmed_lsn=lsn_text(lsn),
+            confirmed_lsn=f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}",  # as pg_lsn prints it
         )
         raise ChaosCrash(f"chaos: {self.function} dies after its slot advance, before COMMIT")
