@@ -47,7 +47,7 @@ def poison_queue() -> PoisonQueue:
 
 def publish_round() -> PublishOutcome[OutboxRow]:
     outcome = postgres_relay.publish_round(get_settings(), event_publisher(), poison_queue())
-    log_published(entry for _, entry in outcome.published)
+    log_published(outcome)
     return outcome
 
 

@@ -57,7 +57,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         get_settings().max_event_bytes,
         remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
     )
-    log_published(entry for _, entry in outcome.published)
+    log_published(outcome)
     if outcome.checkpoint is None:
         return {"batchItemFailures": []}
     # Only a transient failure gets here (poison was parked). Lambda retries from the lowest reported

@@ -77,7 +77,7 @@ class CommandRun:
             "exitCode": self.exit_code,
             "seconds": round(self.seconds, 2),
             "summary": self.summary(),
-            "messages": [d for d in documents if "complete" in d],  # a recovery report per message
+            "messages": self.reports(),  # a recovery report per message
             "errors": [d for d in documents if "error" in d and "complete" not in d],
             "stderr": self.stderr.strip()[-4000:],
         }
@@ -86,10 +86,8 @@ class CommandRun:
 def command_environment(stack: CommandStack) -> dict[str, str]:
     """The operator's environment pointed at the local stack: its endpoints, fake credentials, no ~/.aws
     files (they must not send the command to a real account), and the relay's outbox settings."""
-    relay_environment: dict[str, str] = {}
-    for stream in stack.sources.streams:
-        relay_environment = stack.template.function(stream.function).environment
-        break
+    stream = next(iter(stack.sources.streams), None)
+    relay_environment = stack.template.function(stream.function).environment if stream else {}
     return {
         **os.environ,
         **forced_environment(stack.endpoints),

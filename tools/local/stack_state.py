@@ -102,7 +102,6 @@ def write_state(stack: LocalStack, path: Path) -> None:
         "pid": os.getpid(),
         "port": stack.api.port if stack.api is not None else None,
         "stack_name": stack.template.stack_name,
-        "order_store": stack.template.parameter_values.get("OrderStore", "dynamodb"),
         # What make invoke needs to run a function as this stack runs it: the parameters it was started
         # with and its nested application's outputs (OrderStore=postgres: the embedded database).
         "parameters": dict(stack.template.parameter_values),

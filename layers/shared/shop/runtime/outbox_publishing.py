@@ -14,10 +14,10 @@ logical relay's slot advance).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
@@ -198,8 +198,8 @@ def publish_lags[Source](
     ]
 
 
-def log_published(entries: Iterable[OutboxEntry]) -> None:
-    for entry in entries:
+def log_published(outcome: PublishOutcome[Any]) -> None:
+    for _, entry in outcome.published:
         logger.info(
             "event published",
             extra={

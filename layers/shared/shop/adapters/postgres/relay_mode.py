@@ -40,6 +40,7 @@ from typing import Any
 import psycopg
 
 from shop.adapters.postgres import replays
+from shop.adapters.postgres.connection import limit_lock_wait, limit_statement_time
 from shop.adapters.postgres.outbox import relay_mode
 from shop.adapters.postgres.replication import (
     OUTBOX_TABLE,
@@ -88,8 +89,8 @@ class _Bounds:
             raise SwitchOutOfTime(f"{left:.1f} s left, not enough to start {step}: nothing of it was done")
         statement_ms = 0 if math.isinf(left) else max(int(left * 1000), 1)
         lock_ms = max(int(min(self._lock_wait, left) * 1000), 1)
-        cursor.execute(f"SET LOCAL statement_timeout = {statement_ms}")
-        cursor.execute(f"SET LOCAL lock_timeout = {lock_ms}")
+        limit_statement_time(cursor, statement_ms)
+        limit_lock_wait(cursor, lock_ms)
 
 
 def switch_relay(

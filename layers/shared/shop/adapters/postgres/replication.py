@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from shop.adapters.postgres import replays
+from shop.adapters.postgres.connection import limit_lock_wait
 from shop.adapters.postgres.outbox import OutboxRow
 from shop.adapters.postgres.pgoutput import (
     Begin,
@@ -340,7 +341,7 @@ FROM pg_replication_slots WHERE slot_name = %s
 def oldest_undelivered_seconds(cursor: psycopg.Cursor[Any], slot: str, wait_seconds: float) -> float | None:
     """Age of the oldest commit the slot has not confirmed (0 when it holds nothing), read under the
     relay's lock (rounds are short); None when the relay held it longer than `wait_seconds`."""
-    cursor.execute(f"SET LOCAL lock_timeout = {int(wait_seconds * 1000)}")
+    limit_lock_wait(cursor, int(wait_seconds * 1000))
     try:
         with (
             cursor.connection.transaction()
