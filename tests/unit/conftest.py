@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 from pytest_socket import disable_socket, enable_socket
 
+from shop.adapters.postgres.connection import ConnectionSettings
 from tests.conftest import reset_process_state
 from tests.support.publishing import RecordingBus
 from tools.template import Template
@@ -37,6 +38,17 @@ def drain_queue(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
         for message in batch:
             out.append(json.loads(message["Body"]))
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def postgres_environment(order_database: ConnectionSettings) -> dict[str, str]:
+    """The functions' variables for OrderStore=postgres, on the test's database."""
+    return {
+        "ORDER_STORE": "postgres",
+        "DATABASE_HOST": order_database.host,
+        "DATABASE_PORT": str(order_database.port),
+        "DATABASE_NAME": order_database.dbname,
+        "DATABASE_USER": order_database.user,
+    }
 
 
 @pytest.fixture

@@ -388,42 +388,39 @@ def test_an_adapter_importing_the_runtime_is_caught(package: Path, statement: st
     assert violations([module], package, adapters_may_not_import) != []
 
 
-@pytest.mark.parametrize(
-    "statement",
-    [
-        "from shop.adapters.dynamodb.outbox_items import TraceHeader",
-        "from shop.adapters.dynamodb import keys",
-        "from shop.adapters import aws",
-        "from ..dynamodb.transactions import transact",
-        "def later():\n    import shop.adapters.dynamodb.order_repository",
-    ],
-)
-def test_the_postgres_adapter_importing_another_adapter_is_caught(package: Path, statement: str):
-    (package / "shop" / "adapters" / "postgres").mkdir()
-    module = package / "shop" / "adapters" / "postgres" / "store.py"
-    module.write_text(
-        f"import psycopg\nfrom shop.adapters.postgres.connection import Database\n{statement}\n"
-    )
-
-    assert violations([module], package, postgres_adapter_may_not_import) != []
+# Each store's adapter: what a module of it may import, and the rule that catches the rest.
+STORE_ADAPTERS = {
+    "postgres": (
+        "import psycopg\nfrom shop.adapters.postgres.connection import Database",
+        postgres_adapter_may_not_import,
+    ),
+    "dynamodb": (
+        "import boto3\nfrom shop.adapters import aws\nfrom shop.adapters.dynamodb import keys",
+        dynamodb_adapter_may_not_import,
+    ),
+}
 
 
 @pytest.mark.parametrize(
-    "statement",
+    ("store", "statement"),
     [
-        "from shop.adapters.postgres.outbox import OutboxRow",
-        "from ..postgres import connection",
-        "def later():\n    import shop.adapters.postgres.order_repository",
+        ("postgres", "from shop.adapters.dynamodb.outbox_items import TraceHeader"),
+        ("postgres", "from shop.adapters.dynamodb import keys"),
+        ("postgres", "from shop.adapters import aws"),
+        ("postgres", "from ..dynamodb.transactions import transact"),
+        ("postgres", "def later():\n    import shop.adapters.dynamodb.order_repository"),
+        ("dynamodb", "from shop.adapters.postgres.outbox import OutboxRow"),
+        ("dynamodb", "from ..postgres import connection"),
+        ("dynamodb", "def later():\n    import shop.adapters.postgres.order_repository"),
     ],
 )
-def test_the_dynamodb_adapter_importing_the_postgres_adapter_is_caught(package: Path, statement: str):
-    (package / "shop" / "adapters" / "dynamodb").mkdir()
-    module = package / "shop" / "adapters" / "dynamodb" / "store.py"
-    module.write_text(
-        f"import boto3\nfrom shop.adapters import aws\nfrom shop.adapters.dynamodb import keys\n{statement}\n"
-    )
+def test_a_store_adapter_importing_an_adapter_it_may_not_is_caught(package: Path, store: str, statement: str):
+    allowed, may_not_import = STORE_ADAPTERS[store]
+    (package / "shop" / "adapters" / store).mkdir()
+    module = package / "shop" / "adapters" / store / "store.py"
+    module.write_text(f"{allowed}\n{statement}\n")
 
-    assert violations([module], package, dynamodb_adapter_may_not_import) != []
+    assert violations([module], package, may_not_import) != []
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from tests.support import LambdaContext, load_event
 from tests.support.clients import intercept_transactions
 from tests.support.output import logged_with, metric_values
 from tests.support.postgres import connect
+from tests.unit.conftest import postgres_environment
 from tools.template import Template
 
 INVENTORY = "InventoryFunction"
@@ -597,13 +598,7 @@ def postgres_orders(
 ) -> tuple[dict[str, str], OrderService]:
     """The order-status consumer's environment for OrderStore=postgres, and the order service on the same
     (emptied) database with ORDER_ID placed, PENDING."""
-    environment = {
-        "ORDER_STORE": "postgres",
-        "DATABASE_HOST": order_database.host,
-        "DATABASE_PORT": str(order_database.port),
-        "DATABASE_NAME": order_database.dbname,
-        "DATABASE_USER": order_database.user,
-    }
+    environment = postgres_environment(order_database)
     service = OrderService(PostgresOrderRepository(database, settings), settings, new_id=lambda: ORDER_ID)
     command = PlaceOrder("c-1001", "USD", (OrderLine("SKU-RED-MUG", 2, 1250),))
     service.place_order(command, idempotency_key=None, correlation_id="corr-demo-0001")

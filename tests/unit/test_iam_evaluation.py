@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tools.iam import Access, Decision, Request, decisions, deployed, missing_condition_keys
+from tools.iam import Access, Decision, Request, decisions, deployed, refusals
 from tools.template import ACCOUNT, REGION, Template
 
 STORES = ("dynamodb", "postgres")
@@ -40,14 +40,6 @@ def access(template: Template) -> Access:
 @pytest.fixture(scope="module")
 def services(access: Access) -> list[Decision]:
     return decisions(access.services())
-
-
-def refusals(found: list[Decision]) -> list[str]:
-    return [str(d) for d in found if not d.allowed] + [
-        f"{d.request}: a policy conditions on {sorted(keys)}, which the request does not set"
-        for d in found
-        if (keys := missing_condition_keys(d.request))
-    ]
 
 
 def rebuilt(template: Template, data: dict[str, Any]) -> Access:

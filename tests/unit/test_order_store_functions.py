@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,14 +20,19 @@ from tests.conftest import reset_process_state
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
 from tests.support.output import metric_values
 from tests.support.postgres import connect, place_orders
+from tests.unit.conftest import postgres_environment
 from tools.template import ROOT, FunctionSpec, Template
 
 
-def handler(name: str, directory: str) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
-    spec = FunctionSpec(name, ROOT / "functions" / directory, "app.lambda_handler", 60, {}, {}, [])
+def handler_module(name: str, directory: str, timeout: int = 60) -> ModuleType:
+    spec = FunctionSpec(name, ROOT / "functions" / directory, "app.lambda_handler", timeout, {}, {}, [])
     module = load_handler_module(spec)
     clear_module_caches(module)
-    return module.lambda_handler  # type: ignore[no-any-return]
+    return module
+
+
+def handler(name: str, directory: str) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
+    return handler_module(name, directory).lambda_handler  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -35,11 +40,7 @@ def order_store_env(
     order_database: ConnectionSettings, template: Template, monkeypatch: pytest.MonkeyPatch, aws: None
 ) -> None:
     environment = {
-        "ORDER_STORE": "postgres",
-        "DATABASE_HOST": order_database.host,
-        "DATABASE_PORT": str(order_database.port),
-        "DATABASE_NAME": order_database.dbname,
-        "DATABASE_USER": order_database.user,
+        **postgres_environment(order_database),
         "EVENT_BUS_NAME": template.physical_name("EventBus"),
         "RELAY_POISON_QUEUE_URL": template.function("OutboxRelayFunction").environment[
             "RELAY_POISON_QUEUE_URL"
@@ -120,17 +121,9 @@ def migrate(
     relay is polling again afterwards."""
     monkeypatch.setenv("POSTGRES_RELAY", "polling")  # what a version published before a switch holds
     reset_process_state()
-    spec = FunctionSpec(
-        "OrderDatabaseMigrationFunction",
-        ROOT / "functions" / "order_database_migration",
-        "app.lambda_handler",
-        300,
-        {},
-        {},
-        [],
+    module = handler_module(
+        "OrderDatabaseMigrationFunction", "order_database_migration", MIGRATION_TIMEOUT_SECONDS
     )
-    module = load_handler_module(spec)
-    clear_module_caches(module)
     answers: list[dict[str, Any]] = []
 
     def request(method: str, url: str, body: bytes, **_: Any) -> SimpleNamespace:

@@ -45,10 +45,11 @@ from tools.iam import (
     decisions,
     deployed,
     local_names,
-    missing_condition_keys,
+    refusals,
     touches,
 )
-from tools.template import ROOT, Template, parse_yaml
+from tools.iam.access import NETWORK_INTERFACE_ACTIONS
+from tools.template import ROOT, Template, chosen, parse_yaml
 
 # The README links to docs/; the promises about the template live in these pages.
 DOCS = {
@@ -70,15 +71,6 @@ DATABASE_CLIENTS = {
     "OutboxPublisherFunction",
     "OrderStoreMaintenanceFunction",
     "OrderDatabaseMigrationFunction",
-}
-# What Lambda does with the role of a function in a VPC (AWSLambdaVPCAccessExecutionRole's actions).
-NETWORK_INTERFACE_ACTIONS = {
-    "ec2:CreateNetworkInterface",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSubnets",
-    "ec2:DeleteNetworkInterface",
-    "ec2:AssignPrivateIpAddresses",
-    "ec2:UnassignPrivateIpAddresses",
 }
 
 
@@ -102,25 +94,6 @@ def template(request: pytest.FixtureRequest) -> Template:
 
 def store(template: Template) -> str:
     return template.parameter_values["OrderStore"]
-
-
-_DROPPED = object()
-
-
-def chosen(conditions: dict[str, bool], value: Any) -> Any:
-    """A fragment as deployed under these conditions' values: each Fn::If replaced by the branch its
-    condition picks, AWS::NoValue dropped; Ref and GetAtt stay as written (they name the resources)."""
-    if isinstance(value, list):
-        return [item for item in (chosen(conditions, v) for v in value) if item is not _DROPPED]
-    if not isinstance(value, dict):
-        return value
-    if set(value) == {"Fn::If"}:
-        condition, if_true, if_false = value["Fn::If"]
-        return chosen(conditions, if_true if conditions[condition] else if_false)
-    if value == {"Ref": "AWS::NoValue"}:
-        return _DROPPED
-    entries = {k: chosen(conditions, v) for k, v in value.items()}
-    return {k: v for k, v in entries.items() if v is not _DROPPED}
 
 
 def created(template: Template, resource_type: str) -> dict[str, dict[str, Any]]:
@@ -338,7 +311,7 @@ def test_wildcard_resources_only_where_aws_has_no_resource_level_permissions(tem
     for name in functions(template):
         for action, resource in granted(template, name):
             if resource == "*":
-                assert action in unscoped | NETWORK_INTERFACE_ACTIONS, (name, action)
+                assert action in {*unscoped, *NETWORK_INTERFACE_ACTIONS}, (name, action)
     # ... and each such case says why, next to it: on the Resource line or on its statement's Action line.
     lines = TEMPLATE_TEXT.splitlines()
     for at, line in enumerate(lines):
@@ -594,15 +567,6 @@ FUNCTIONS_OF = {
 
 # --- what AWS would decide on each call -------------------------------------------------------------------
 DENIED_BY_THE_TEST = "DeniedByTheTest"  # the Sid of the Deny statement the mutation checks add
-
-
-def refusals(found: list[Decision]) -> list[str]:
-    """What AWS would refuse, or could not evaluate, or decide on a condition key the call does not set."""
-    return [str(decision) for decision in found if not decision.allowed] + [
-        f"{decision.request}: a policy conditions on {sorted(keys)}, which the request does not set"
-        for decision in found
-        if (keys := missing_condition_keys(decision.request))
-    ]
 
 
 def rebuilt(template: Template, data: dict[str, Any]) -> Template:

@@ -15,39 +15,20 @@ from typing import Any
 from tools.chaos.bus import CapturedEvent
 from tools.chaos.driver import OrderOutcome
 from tools.chaos.plan import (
-    CONSUMER_TIMEOUT,
-    CRASH_AFTER_COMPLETE,
-    CRASH_AFTER_PUBLISH,
-    CRASH_AFTER_WRITE,
-    CRASH_BEFORE_WRITE,
+    CONSUMER_DEATH_KINDS,
     OBSERVED_PUBLISH_RESPONSE_LOST,
-    RELAY_CRASH_AFTER_ADVANCE,
-    RELAY_CRASH_AFTER_PUT,
-    RELAY_CRASH_AFTER_SET_ACTIVATION,
-    RELAY_CRASH_AFTER_SET_CHUNK,
-    RELAY_CRASH_AROUND_SWITCH,
-    RELAY_CRASH_BEFORE_PASSING_SET,
+    RELAY_DEATH_KINDS,
+    RELAY_ROLLBACK_KINDS,
 )
 from tools.chaos.poison import MalformedMessage, PoisonItem
 from tools.chaos.snapshot import PUBLISHED, OutboxRecord, Snapshot
 
 _EXAMPLES = 5
-# Faults that end the environment: the runtime reports them as Runtime.ExitError or Sandbox.Timedout.
-# The relay's kinds that kill its process before its round's COMMIT: the round is rolled back.
-ROLLBACK_KINDS = frozenset(
-    {
-        RELAY_CRASH_AFTER_PUT,
-        RELAY_CRASH_AFTER_ADVANCE,
-        RELAY_CRASH_AROUND_SWITCH,
-        RELAY_CRASH_AFTER_SET_ACTIVATION,
-        RELAY_CRASH_AFTER_SET_CHUNK,
-    }
-)
-DEATH_KINDS = frozenset(
-    {CRASH_BEFORE_WRITE, CRASH_AFTER_WRITE, CRASH_AFTER_COMPLETE, CRASH_AFTER_PUBLISH, CONSUMER_TIMEOUT}
-    | ROLLBACK_KINDS
-    | {RELAY_CRASH_BEFORE_PASSING_SET}
-)
+# Faults that end the environment (the runtime reports them as Runtime.ExitError or Sandbox.Timedout),
+# and the relay's among them that kill its process before its round's COMMIT (the round is rolled back):
+# plan.py groups them.
+ROLLBACK_KINDS = frozenset(RELAY_ROLLBACK_KINDS)
+DEATH_KINDS = frozenset(CONSUMER_DEATH_KINDS + RELAY_DEATH_KINDS)
 DEATH_ERRORS = frozenset({"Runtime.ExitError", "Sandbox.Timedout"})
 
 

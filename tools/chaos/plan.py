@@ -91,16 +91,26 @@ SLOT_KINDS = (RELAY_CRASH_AFTER_ADVANCE,)
 # The kinds hooked on the logical relay's replay sets, and the armed one: in a run with relay operations.
 SET_KINDS = (RELAY_CRASH_AFTER_SET_ACTIVATION, RELAY_CRASH_BEFORE_PASSING_SET, RELAY_CRASH_AFTER_SET_CHUNK)
 OPERATION_FAULT_KINDS = (*SET_KINDS, RELAY_CRASH_AROUND_SWITCH)
-WORKER_KINDS = (
-    *API_KINDS,
-    API_STALE_CANCEL,
-    *RELAY_KINDS,
+# The kinds that end the function's environment (the runtime reports Runtime.ExitError or
+# Sandbox.Timedout): the consumers' and the notifier's crashes and timeout, and the relay's crashes. All
+# of the relay's but one kill its process before its round's COMMIT, so the round is rolled back; the one
+# strikes after the activation's COMMIT, before the slot passes the set's message.
+CONSUMER_DEATH_KINDS = (
     CRASH_BEFORE_WRITE,
     CRASH_AFTER_WRITE,
     CRASH_AFTER_COMPLETE,
     CONSUMER_TIMEOUT,
     CRASH_AFTER_PUBLISH,
 )
+RELAY_ROLLBACK_KINDS = (
+    RELAY_CRASH_AFTER_PUT,
+    *SLOT_KINDS,
+    RELAY_CRASH_AFTER_SET_ACTIVATION,
+    RELAY_CRASH_AFTER_SET_CHUNK,
+    RELAY_CRASH_AROUND_SWITCH,
+)
+RELAY_DEATH_KINDS = (*RELAY_ROLLBACK_KINDS, RELAY_CRASH_BEFORE_PASSING_SET)
+WORKER_KINDS = (*API_KINDS, API_STALE_CANCEL, *RELAY_KINDS, *CONSUMER_DEATH_KINDS)
 HARNESS_KINDS = (BUS_DUPLICATE, POISON_OUTBOX_ITEM, POISON_MESSAGE)
 POSTGRES_HARNESS_KINDS = (DATABASE_RESTART,)
 OPERATION_KINDS = (OPERATION_RELAY_SWITCH, OPERATION_REPLAY)

@@ -22,6 +22,7 @@ from samcli.yamlhelper import yaml_parse  # type: ignore[import-untyped]
 
 from tools.docs.domain import ROOT
 from tools.iam.access import NETWORK_INTERFACE_ACTIONS, SOURCE_ACTIONS  # what Lambda does with a role
+from tools.template import chosen
 
 TEMPLATE = ROOT / "template.yaml"
 WILDCARD = "*"
@@ -40,9 +41,6 @@ _TRACE_WRITES = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")
 # reference documents the template for each of its allowed values.
 VARIANT_PARAMETER = "OrderStore"
 _SUB_OF_ONE = re.compile(r"^\$\{([A-Za-z0-9]+)(?:\.([A-Za-z0-9.]+))?\}$")
-
-
-_NO_VALUE = object()  # AWS::NoValue, while Fn::If is chosen
 
 
 class TemplateError(ValueError):
@@ -174,24 +172,11 @@ class ExpandedTemplate:
         condition = self.resources[name].get("Condition")
         return condition is None or self.conditions[condition]
 
-    def chosen(self, value: Any) -> Any:
-        """A value with each Fn::If replaced by the branch its condition picks and AWS::NoValue dropped
-        (the expansion resolves them in Resources, not in Globals)."""
-        if isinstance(value, list):
-            return [item for item in map(self.chosen, value) if item is not _NO_VALUE]
-        if not isinstance(value, dict):
-            return value
-        if set(value) == {"Fn::If"}:
-            condition, when_true, when_false = value["Fn::If"]
-            return self.chosen(when_true if self.conditions[condition] else when_false)
-        if value == {"Ref": "AWS::NoValue"}:
-            return _NO_VALUE
-        entries = {k: self.chosen(v) for k, v in value.items()}
-        return {k: v for k, v in entries.items() if v is not _NO_VALUE}
-
     def function_globals(self) -> dict[str, Any]:
-        chosen: dict[str, Any] = self.chosen(self.data.get("Globals", {}).get("Function", {}))
-        return chosen
+        """Globals' Function section with each Fn::If chosen for these parameter values (the expansion
+        resolves them in Resources, not in Globals)."""
+        found: dict[str, Any] = chosen(self.conditions, self.data.get("Globals", {}).get("Function", {}))
+        return found
 
     @property
     def resources(self) -> dict[str, dict[str, Any]]:

@@ -5,7 +5,7 @@ Imports the standard library and tools.template (its reader and its translator),
 tools/ (the product's unit tests use it: tests/unit/test_architecture.py).
 """
 
-from tools.iam.access import Access, missing_condition_keys
+from tools.iam.access import Access, missing_condition_keys, refusals
 from tools.iam.calls import ResourceNames, Touch, UnknownResource, touches
 from tools.iam.deployed import (
     DeployedTemplate,
@@ -34,6 +34,7 @@ __all__ = [
     "deployed",
     "local_names",
     "missing_condition_keys",
+    "refusals",
     "resource_policies",
     "role_policies",
     "touches",

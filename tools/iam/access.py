@@ -17,7 +17,8 @@
 
 Each request carries the principal's policies and the resource's own policy, and the context keys AWS
 sets for it. `missing_condition_keys` names a key a policy conditions on that the request does not
-carry, so a condition is never satisfied or failed by a key nobody set.
+carry, so a condition is never satisfied or failed by a key nobody set; `refusals` says what of a list of
+decisions a test fails on.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tools.iam.deployed import (
     resource_policy_of,
     role_policies,
 )
-from tools.iam.evaluation import ContextValue, Policy, Request
+from tools.iam.evaluation import ContextValue, Decision, Policy, Request
 from tools.template import ACCOUNT, REGION
 
 LOG_STREAM = "2026/01/01/[$LATEST]0123456789abcdef0123456789abcdef"  # a stream Lambda would create
@@ -353,3 +354,12 @@ def missing_condition_keys(request: Request) -> set[str]:
     for _, policy in request.identity_policies:
         keys |= _condition_keys(policy, request.action)
     return keys - {key.lower() for key in request.context}
+
+
+def refusals(found: list[Decision]) -> list[str]:
+    """What AWS would refuse, or could not evaluate, or decide on a condition key the call does not set."""
+    return [str(decision) for decision in found if not decision.allowed] + [
+        f"{decision.request}: a policy conditions on {sorted(keys)}, which the request does not set"
+        for decision in found
+        if (keys := missing_condition_keys(decision.request))
+    ]

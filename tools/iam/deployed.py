@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tools.iam.calls import queue_arn
-from tools.template import ACCOUNT, REGION, Template
+from tools.template import ACCOUNT, REGION, Template, chosen
 from tools.template.translate import translate as cloudformation
 
 Policy = dict[str, Any]
@@ -33,28 +33,10 @@ Policy = dict[str, Any]
 NESTED_ARNS = {"SecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:rds!cluster-0a1b2c3d-AbCdEf"}
 
 _SUBSTITUTION = re.compile(r"\$\{([^}]*)\}")
-_DROPPED = object()
 
 
 class DeploymentError(ValueError):
     """The template attaches what this evaluation cannot see (a managed policy, a permissions boundary)."""
-
-
-def _chosen(conditions: Mapping[str, bool], value: Any) -> Any:
-    """A fragment as CloudFormation deploys it: each Fn::If replaced by the branch its condition picks,
-    AWS::NoValue dropped. (AWS::LanguageExtensions leaves the Fn::If SAM merged in from Globals, and
-    SAM CLI's resolver resolves both branches, one of them naming what the other store does not create.)"""
-    if isinstance(value, list):
-        return [item for item in (_chosen(conditions, v) for v in value) if item is not _DROPPED]
-    if not isinstance(value, dict):
-        return value
-    if set(value) == {"Fn::If"}:
-        condition, if_true, if_false = value["Fn::If"]
-        return _chosen(conditions, if_true if conditions[condition] else if_false)
-    if value == {"Ref": "AWS::NoValue"}:
-        return _DROPPED
-    entries = {k: _chosen(conditions, v) for k, v in value.items()}
-    return {k: v for k, v in entries.items() if v is not _DROPPED}
 
 
 def _substituted(value: Any) -> Any:
@@ -97,8 +79,10 @@ def translate(template: Template) -> dict[str, Any]:
         if output.get("Condition") is None or stack.conditions[output["Condition"]]
     }
     translated = dict(stack.template)
-    translated["Resources"] = _substituted(_chosen(stack.conditions, stack.resources))
-    translated["Outputs"] = _substituted(_chosen(stack.conditions, outputs))
+    # Conditions chosen: AWS::LanguageExtensions leaves the Fn::If SAM merged in from Globals, and SAM
+    # CLI's resolver resolves both branches, one of them naming what the other store does not create.
+    translated["Resources"] = _substituted(chosen(stack.conditions, stack.resources))
+    translated["Outputs"] = _substituted(chosen(stack.conditions, outputs))
     return translated
 
 

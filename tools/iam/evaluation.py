@@ -91,7 +91,6 @@ class Decision:
     error: Any = None
     grants: tuple[Statement, ...] = ()
     denials: tuple[Statement, ...] = ()
-    ignored_context_keys: tuple[str, ...] = ()
 
     @property
     def allowed(self) -> bool:
@@ -225,7 +224,6 @@ def decisions(requests: Sequence[Request]) -> list[Decision]:
             error=answer["error"],
             grants=tuple(dict.fromkeys(_statement(r) for r in answer["grants"])),
             denials=tuple(dict.fromkeys(_statement(r) for r in answer["denials"])),
-            ignored_context_keys=tuple(answer["ignoredContextKeys"]),
         )
         for request, answer in zip(requests, answers, strict=True)
     ]

@@ -4,7 +4,7 @@
 //          "action", "resource", "account", "context", "identityPolicies": [["<name>", "<id>"]],
 //          "resourcePolicy": "<id>"|null}]}
 // stdout: a line for each batch: one answer per request, in order, {"result": "Allowed"|
-//          "ExplicitlyDenied"|"ImplicitlyDenied"|"Error", "error", "grants", "denials", "ignoredContextKeys"}
+//          "ExplicitlyDenied"|"ImplicitlyDenied"|"Error", "error", "grants", "denials"}
 // It answers until stdin closes (the Python side keeps one process for a test session). The simulation
 // runs in Strict mode: a condition key the request does not carry is absent, as in AWS.
 import { createInterface } from 'node:readline'
@@ -22,7 +22,7 @@ function statementOf(reason) {
 
 function answer(response) {
   if (response.resultType === 'error') {
-    return { result: 'Error', error: response.errors, grants: [], denials: [], ignoredContextKeys: [] }
+    return { result: 'Error', error: response.errors, grants: [], denials: [] }
   }
   // A wildcard resource on an action with resource types runs one simulation per matching pattern.
   const results = response.resultType === 'single' ? [response.result] : response.results
@@ -30,8 +30,7 @@ function answer(response) {
     result: response.overallResult,
     error: null,
     grants: results.flatMap((r) => getGrantReasons(r.analysis).map(statementOf)),
-    denials: results.flatMap((r) => getDenialReasons(r.analysis).map(statementOf)),
-    ignoredContextKeys: [...new Set(results.flatMap((r) => r.ignoredContextKeys ?? []))]
+    denials: results.flatMap((r) => getDenialReasons(r.analysis).map(statementOf))
   }
 }
 

@@ -8,6 +8,7 @@ stack.
 """
 
 from tools.template.comparison import Change, ChangeSet, changes, compare
+from tools.template.intrinsics import chosen
 from tools.template.reader import (
     ACCOUNT,
     REGION,
@@ -33,6 +34,7 @@ __all__ = [
     "Template",
     "TemplateError",
     "changes",
+    "chosen",
     "compare",
     "load_yaml",
     "parse_yaml",
