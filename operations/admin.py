@@ -8,6 +8,7 @@ parked rows and recover a lost replication slot.
         queue (or --stack-name NAME --consumer Inventory|OrderStatus|Notification; --to-queue-url URL)
     python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...] [--include-expired]
+        [--from T] [--to T]   (DynamoDB: the hours to look for the events in; default the republish window)
         (OrderStore=postgres: the stack's maintenance function makes the rows pending again and waits
         for the polling publisher to republish them; the report says what is back on the bus)
     python -m operations seed --stack-name NAME --file tools/local/seed.json
@@ -285,7 +286,15 @@ def replay(args: argparse.Namespace) -> int:
     table = _resolve(args, "table", "OrdersTableName")
     recovery = _recovery(args)
     if args.event_id:
-        report = recovery.replay_events(table, args.event_id, include_expired=args.include_expired)
+        # With --from/--to too: the hours the events' items are looked for in (default: the republish
+        # window, OutboxRecovery.replay_events)
+        report = recovery.replay_events(
+            table,
+            args.event_id,
+            include_expired=args.include_expired,
+            written_from=parse_time(args.start) if args.start else None,
+            written_to=parse_time(args.end) if args.end else None,
+        )
     else:
         report = recovery.replay_window(
             table, parse_time(args.start), parse_time(args.end), include_expired=args.include_expired
@@ -434,7 +443,12 @@ def main(argv: list[str] | None = None) -> int:
         help="OrderStore=postgres: the maintenance function that replays the order database "
         "(default: stack output OrderStoreMaintenanceFunctionName, when the stack has one)",
     )
-    p_replay.add_argument("--from", dest="start", help="RFC 3339 start of the window (inclusive)")
+    p_replay.add_argument(
+        "--from",
+        dest="start",
+        help="RFC 3339 start of the window (inclusive); with --event-id (DynamoDB), of the hours the events "
+        "are looked for in (default: the republish window)",
+    )
     p_replay.add_argument("--to", dest="end", help="RFC 3339 end of the window (inclusive)")
     p_replay.add_argument("--event-id", action="append", help="republish this event (repeatable)")
     p_replay.add_argument(

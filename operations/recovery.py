@@ -5,7 +5,9 @@ Redrive reads a relay dead-letter message (metadata only: stream, shard, sequenc
 reads that exact range back from the stream and republishes its outbox events. When the stream no
 longer holds the range (24 h retention), it falls back to the outbox time index of the table, over
 the batch's arrival window plus a margin: a superset, which is safe because consumers deduplicate on
-event id. Replay republishes the outbox events of a time window, or given event ids, from the table.
+event id. Replay republishes the outbox events of a time window, or given event ids, from the table:
+both through the OutboxByTime index, an event id by the buckets of the shard its id hashes to
+(find_outbox_items); an id not found there is named in `missing`.
 
 A report is complete only when every record the message or window stands for was found and either
 accepted by PutEvents or parked as poison. Whatever cannot be shown is named in `missing`:
@@ -65,6 +67,12 @@ _FALLBACK_MARGIN = timedelta(minutes=5)
 _MAX_READS = 2_000
 _MAX_READ_SECONDS = 300.0
 _BATCH_GET_ATTEMPTS = 8
+# Replay by event id: how long after its expiresAt an item may still be read ("DynamoDB typically deletes
+# expired items within two days of expiration": API reference, UpdateTimeToLive), and how far a writer's
+# clock may run ahead of the operator's; ids looked for by one query (the filter's OR terms).
+_EXPIRED_ITEMS_LINGER = timedelta(days=2)
+_WRITER_CLOCK_SKEW = timedelta(hours=1)
+_IDS_PER_QUERY = 50
 
 
 def table_of_stream(stream_arn: str) -> str:
@@ -415,22 +423,85 @@ class OutboxRecovery:
         return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
 
     def replay_events(
-        self, table: str, event_ids: list[str], *, include_expired: bool = False
+        self,
+        table: str,
+        event_ids: list[str],
+        *,
+        include_expired: bool = False,
+        written_from: datetime | None = None,
+        written_to: datetime | None = None,
     ) -> RecoveryReport:
-        item_keys: list[dict[str, Any]] = []
-        report = RecoveryReport(source="table", expected=len(event_ids))
-        for event_id in event_ids:
-            items = aws.dynamodb().query(
-                TableName=table,
-                IndexName=keys.OUTBOX_EVENT_ID_INDEX,
-                KeyConditionExpression="eventId = :id",
-                ExpressionAttributeValues={":id": {"S": event_id}},
-            )["Items"]
-            if not items:
-                report.missing.append(f"event {event_id} is not in {table} (unknown, or deleted by TTL)")
-            item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in items)
-        images = self._get_items(table, item_keys, report)
+        """Republish these events from `table`. Each is looked for in OutboxByTime where its item can be
+        (find_outbox_items): by default in the hours of the republish window, plus the days DynamoDB
+        may keep an expired item, plus an hour of writers' clock skew; `written_from`/`written_to`
+        search other hours instead (an item whose window outlived a lowered OutboxTtlDays)."""
+        wanted = list(dict.fromkeys(event_ids))
+        report = RecoveryReport(source="table", expected=len(wanted))
+        now = self._clock()
+        oldest = written_from or now - self._ttl - _EXPIRED_ITEMS_LINGER
+        newest = written_to or now + _WRITER_CLOCK_SKEW
+        found = self.find_outbox_items(table, wanted, oldest, newest)
+        for event_id in wanted:
+            if event_id not in found:
+                report.missing.append(
+                    f"event {event_id} is not in {table} (unknown, or deleted by TTL): no outbox item of it "
+                    f"in the OutboxByTime buckets of its shard "
+                    f"({keys.outbox_time_shard(event_id, self._time_shards)}) written between "
+                    f"{oldest.isoformat()} and {newest.isoformat()}; if it was written at another time, "
+                    "give that window (--from/--to) with --event-id"
+                )
+        images = self._get_items(table, [found[e] for e in wanted if e in found], report)
         return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
+
+    def find_outbox_items(
+        self, table: str, event_ids: Sequence[str], oldest: datetime, newest: datetime
+    ) -> dict[str, dict[str, Any]]:
+        """The key of the outbox item of each of these events found in `table`, written between oldest
+        and newest. There is no index by event id (docs/performance.md, "Write cost"): an event's shard
+        of OutboxByTime is known from its id (keys.outbox_time_shard), and the index's KEYS_ONLY entries
+        hold the table key, whose sort key ends with the event id. So each shard's hourly buckets are
+        queried newest first, every page read (a filtered page may be empty and still not the last),
+        filtered on the sort key, until every id of that shard is found or the window is exhausted."""
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for event_id in dict.fromkeys(event_ids):
+            by_shard[keys.outbox_time_shard(event_id, self._time_shards)].append(event_id)
+        low, high = keys.outbox_time_bounds(oldest, newest)
+        found: dict[str, dict[str, Any]] = {}
+        paginator = aws.dynamodb().get_paginator("query")
+        for shard, ids in sorted(by_shard.items()):
+            for bucket in keys.outbox_shard_buckets(shard, oldest, newest):
+                pending = [event_id for event_id in ids if event_id not in found]
+                if not pending:
+                    break
+                for start in range(0, len(pending), _IDS_PER_QUERY):
+                    chunk = pending[start : start + _IDS_PER_QUERY]
+                    suffixes = {f":e{n}": {"S": keys.outbox_sort_key_suffix(e)} for n, e in enumerate(chunk)}
+                    for page in paginator.paginate(
+                        TableName=table,
+                        IndexName=keys.OUTBOX_TIME_INDEX,
+                        KeyConditionExpression="#b = :b AND #t BETWEEN :low AND :high",
+                        # contains() finds the suffix anywhere; the exact id is checked below
+                        FilterExpression=" OR ".join(f"contains(#sk, {name})" for name in suffixes),
+                        ExpressionAttributeNames={
+                            "#b": keys.OUTBOX_BUCKET,
+                            "#t": keys.OUTBOX_TIME,
+                            "#sk": keys.SK,
+                        },
+                        ExpressionAttributeValues={
+                            ":b": {"S": bucket},
+                            ":low": {"S": low},
+                            ":high": {"S": high},
+                            **suffixes,
+                        },
+                        ScanIndexForward=False,
+                    ):
+                        for entry in page.get("Items", []):
+                            entry_id = keys.outbox_event_id(entry[keys.SK]["S"])
+                            if entry_id is not None and entry_id in chunk and entry_id not in found:
+                                found[entry_id] = {keys.PK: entry[keys.PK], keys.SK: entry[keys.SK]}
+                        if all(wanted in found for wanted in chunk):
+                            break  # the first hit ends the search for an id
+        return found
 
     def _get_items(
         self, table: str, item_keys: list[dict[str, Any]], report: RecoveryReport

@@ -127,19 +127,46 @@ def test_outbox_item_carries_only_what_relay_replay_and_checks_read() -> None:
         source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
     )
     item = outbox_item(event, "ORDER#o-1", ttl_days=16, time_shards=8, max_event_bytes=262144)
-    assert set(item) == {
-        "PK",
-        "SK",
-        "envelope",
-        "eventId",
-        "eventType",
-        "aggregateId",
-        "sequence",
-        "outboxBucket",
-        "outboxTime",
-        "expiresAt",
-    }
+    # What the event is (id, type, subject, sequence) is in the envelope, and its id ends the sort key:
+    # no attribute repeats them, and no index by event id (docs/performance.md, "Write cost").
+    assert set(item) == {"PK", "SK", "envelope", "outboxBucket", "outboxTime", "expiresAt"}
     assert item["outboxTime"]["S"] == event.time  # index sort keys need not be unique: no id suffix
+    assert keys.outbox_event_id(item["SK"]["S"]) == event.id
+    assert keys.outbox_aggregate_id(item["PK"]["S"]) == event.subject
+    assert item["outboxBucket"]["S"].endswith(f"#{keys.outbox_time_shard(event.id, 8)}")
+
+
+def test_an_outbox_items_event_id_and_order_are_read_from_its_keys() -> None:
+    assert keys.outbox_event_id("OUTBOX#000000000002#e-1") == "e-1"
+    assert keys.outbox_event_id("OUTBOX#000000000002#e#1") == "e#1"  # everything after the sequence
+    for not_outbox in (
+        "ORDER",
+        "OUTBOX#",
+        "OUTBOX#2",
+        "OUTBOX#x#e-1",
+        "OUTBOX#000000000002#",
+        "X#OUTBOX#1#e",
+    ):
+        assert keys.outbox_event_id(not_outbox) is None, not_outbox
+    assert keys.outbox_aggregate_id(keys.order_partition("o-1")) == "o-1"
+    assert keys.outbox_aggregate_id(keys.reservation_partition("o-1")) == "o-1"
+    assert keys.outbox_aggregate_id("SKU#A") is None
+    assert keys.outbox_aggregate_id("ORDER#") is None
+    sort_key = keys.outbox_key("ORDER#o-1", 7, "e-1")["SK"]["S"]
+    assert sort_key.endswith(keys.outbox_sort_key_suffix("e-1"))
+
+
+def test_an_events_buckets_are_its_own_shards_newest_hour_first() -> None:
+    written = datetime(2026, 1, 1, 11, 30, tzinfo=UTC)
+    bucket = keys.outbox_time_attributes(written, "e-1", 8)[keys.OUTBOX_BUCKET]["S"]
+    shard = keys.outbox_time_shard("e-1", 8)
+    buckets = list(
+        keys.outbox_shard_buckets(
+            shard, datetime(2026, 1, 1, 9, 59, tzinfo=UTC), datetime(2026, 1, 1, 12, tzinfo=UTC)
+        )
+    )
+    assert buckets == [f"20260101{hour}#{shard}" for hour in ("12", "11", "10", "09")]
+    assert bucket in buckets  # where the writer put it
 
 
 def test_outbox_time_bounds_find_items_with_and_without_the_former_id_suffix() -> None:

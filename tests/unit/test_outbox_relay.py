@@ -78,7 +78,11 @@ def outbox_stream_records(n: int, trace_header: str | None = None) -> list[dict[
 
 
 def event_id(record: dict[str, Any]) -> str:
-    return str(record["dynamodb"]["NewImage"]["eventId"]["S"])
+    """The event id of an outbox record: the end of its item's sort key (items of the sample events, written
+    by earlier code, also carry it as `eventId`)."""
+    event_id = keys.outbox_event_id(record["dynamodb"]["NewImage"][keys.SK]["S"])
+    assert event_id is not None
+    return event_id
 
 
 def relay(invoke: Callable[..., Any], batch: list[dict[str, Any]]) -> list[str]:

@@ -130,9 +130,16 @@ def failure_message(
     }
 
 
+def item_event_id(image: dict[str, Any]) -> str:
+    """The event id of an outbox item: the end of its sort key (the item repeats it nowhere else)."""
+    event_id = keys.outbox_event_id(image[keys.SK]["S"])
+    assert event_id is not None, image[keys.SK]
+    return event_id
+
+
 def outbox_event_ids(records: list[dict[str, Any]]) -> list[str]:
     return [
-        r["dynamodb"]["NewImage"]["eventId"]["S"]
+        item_event_id(r["dynamodb"]["NewImage"])
         for r in records
         if r["dynamodb"]["Keys"]["SK"]["S"].startswith("OUTBOX#")
     ]
@@ -198,9 +205,157 @@ def test_replay_by_event_id(place_orders, recovery, bus, template):
     assert [e["detail"]["id"] for e in bus()] == [wanted]
     assert (report.source, report.expected, report.found, report.published) == ("table", 2, 1, 1)
     assert not report.complete
+    # Searched: the hours of the republish window (16 days) and the 2 days an expired item may linger,
+    # up to an hour past the operator's clock (a day after T0), in the id's shard only.
+    shard, table = keys.outbox_time_shard("no-such-event", 4), template.physical_name("OrdersTable")
     assert report.missing == [
-        f"event no-such-event is not in {template.physical_name('OrdersTable')} (unknown, or deleted by TTL)"
+        f"event no-such-event is not in {table} (unknown, or deleted by TTL): "
+        f"no outbox item of it in the OutboxByTime buckets of its shard ({shard}) written between "
+        "2026-11-04T10:00:00+00:00 and 2026-11-22T11:00:00+00:00; if it was written at another time, give "
+        "that window (--from/--to) with --event-id"
     ]
+
+
+def query_calls(monkeypatch: pytest.MonkeyPatch, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every Query the recovery sends (its parameters), optionally each limited to `limit` items read
+    per page, so that a filtered page is often empty and still not the last."""
+    calls: list[dict[str, Any]] = []
+
+    def seen(params: dict[str, Any], **_: Any) -> None:
+        if limit is not None:
+            params["Limit"] = limit
+        calls.append(dict(params))
+
+    client = shop.adapters.aws.dynamodb()
+    client.meta.events.register("provide-client-params.dynamodb.Query", seen)
+    monkeypatch.setattr(shop.adapters.aws, "dynamodb", lambda: client)
+    return calls
+
+
+def test_replay_by_event_id_reads_only_its_shards_buckets_newest_first_and_stops_at_the_first_hit(
+    place_orders, recovery, bus, template, monkeypatch
+):
+    placed = place_orders(3)  # 10:00, 10:01, 10:02 on T0; the recovery runs a day later
+    wanted = outbox_event_ids(stream_records(template)[2])[0]
+    calls = query_calls(monkeypatch)
+
+    report = recovery.replay_events(template.physical_name("OrdersTable"), [wanted])
+
+    assert report.all_on_bus
+    assert [e["detail"]["subject"] for e in bus()] == [placed[0]["orderId"]]
+    shard = keys.outbox_time_shard(wanted, 4)
+    # From the hour after the operator's clock back to T0's hour, where the item is: 26 buckets, then none.
+    assert [c["ExpressionAttributeValues"][":b"]["S"] for c in calls] == [
+        f"{(T0 + timedelta(days=1, hours=1 - n)):%Y%m%d%H}#{shard}" for n in range(26)
+    ]
+    assert {c["IndexName"] for c in calls} == {keys.OUTBOX_TIME_INDEX}
+
+
+def test_replay_by_event_id_reads_every_page_of_a_bucket_until_its_event(
+    place_orders, recovery, bus, template, monkeypatch
+):
+    place_orders(40)  # 10:00 .. 10:39 on T0: one hour, 4 shards
+    event_ids = outbox_event_ids(stream_records(template)[2])
+    shard = keys.outbox_time_shard(event_ids[0], 4)
+    in_shard = [e for e in event_ids if keys.outbox_time_shard(e, 4) == shard]
+    assert len(in_shard) > 3  # others share its bucket: pages without it come first
+    calls = query_calls(monkeypatch, limit=1)  # one index entry read per page
+
+    report = recovery.replay_events(template.physical_name("OrdersTable"), [in_shard[0], in_shard[-1]])
+
+    assert report.all_on_bus
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted([in_shard[0], in_shard[-1]])
+    t0_bucket = [c for c in calls if c["ExpressionAttributeValues"][":b"]["S"] == f"{T0:%Y%m%d%H}#{shard}"]
+    assert len(t0_bucket) >= len(in_shard)  # a page per entry, empty ones included, to the last of them
+
+
+def test_replay_by_event_id_looks_for_many_ids_a_shard_at_a_time_in_bounded_queries(
+    place_orders, recovery, bus, template, monkeypatch
+):
+    place_orders(30)
+    event_ids = outbox_event_ids(stream_records(template)[2])
+    monkeypatch.setattr(operations.recovery, "_IDS_PER_QUERY", 3)
+    calls = query_calls(monkeypatch)
+
+    report = recovery.replay_events(template.physical_name("OrdersTable"), [*event_ids, event_ids[0]])
+
+    assert report.all_on_bus
+    assert report.expected == 30  # an id given twice is republished once
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_ids)
+    assert max(c["FilterExpression"].count("contains(") for c in calls) == 3
+
+
+def test_replay_by_event_id_searches_the_hours_it_is_given(place_orders, settings, template, bus):
+    place_orders(1)  # T0
+    [event_id] = outbox_event_ids(stream_records(template)[2])
+    table = template.physical_name("OrdersTable")
+    # 30 days on, past the republish window and the days an expired item may linger: not looked for there
+    later = recovery_at(settings, template, T0 + timedelta(days=30))
+
+    assert later.replay_events(table, [event_id]).found == 0
+    found = later.replay_events(
+        table, [event_id], include_expired=True, written_from=T0 - timedelta(hours=1), written_to=T0
+    )
+    assert (found.found, found.published) == (1, 1)
+    assert later.replay_events(table, [event_id], written_from=T0 + timedelta(hours=1)).found == 0
+
+
+def written_by_earlier_code(item: dict[str, Any]) -> dict[str, Any]:
+    """An outbox item as the code before 2026-11-26 wrote it: what the event is repeated in attributes
+    (its id also the key of the OutboxByEventId index), and before that an id suffix on outboxTime."""
+    event = CloudEvent.from_json(item["envelope"]["S"])
+    return {
+        **item,
+        "eventId": {"S": event.id},
+        "eventType": {"S": event.type},
+        "aggregateId": {"S": event.subject},
+        "sequence": {"N": str(event.sequence)},
+        keys.OUTBOX_TIME: {"S": f"{item[keys.OUTBOX_TIME]['S']}#{event.id}"},
+    }
+
+
+def test_items_written_by_earlier_code_are_relayed_replayed_and_redriven(
+    settings, recovery, bus, template, poison_queue, invoke
+):
+    table = template.physical_name("OrdersTable")
+    events = [
+        CloudEvent.new(
+            source="shop.orders",
+            type="OrderCreated",
+            subject=f"o-old-{n}",
+            sequence=1,
+            data={"orderId": f"o-old-{n}"},
+            correlation_id="c",
+            time=T0 + timedelta(minutes=n),
+        )
+        for n in range(2)
+    ]
+    items = [
+        written_by_earlier_code(
+            outbox_item(
+                e, keys.order_partition(e.subject), ttl_days=16, time_shards=4, max_event_bytes=262_144
+            )
+        )
+        for e in events
+    ]
+    for item in items:
+        boto3.client("dynamodb").put_item(TableName=table, Item=item)
+    arn, shard, records = stream_records(template)
+    ids = [e.id for e in events]
+
+    # relayed: the relay publishes them from their stream records as it does any item
+    assert invoke("OutboxRelayFunction", {"Records": records}) == {"batchItemFailures": []}
+    assert [e["detail"]["id"] for e in bus()] == ids
+    # replayed by window (outboxTime with its former suffix) and by id (no OutboxByEventId index now)
+    assert recovery.replay_window(table, T0, T0 + timedelta(minutes=1)).published == 2
+    assert recovery.replay_events(table, ids).published == 2
+    # redriven: from the stream, and from the table's time index once the stream lost the range
+    assert recovery.redrive(failed_batch(records, arn, shard)).published == 2
+    assert recovery._redrive_from_table(failed_batch(records, arn, shard)).published == 2
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(ids * 4)
+    # a poison record among them is named by its event id, as before
+    spoiled = {**items[0], "envelope": {"S": "not json"}}
+    assert poison_record(spoiled, InvalidEnvelope("bad"), StreamPosition("1")).event_id == ids[0]
 
 
 @pytest.fixture
@@ -424,7 +579,7 @@ def test_a_parked_poison_record_is_republished_once_it_decodes(recovery, poison_
 
     assert report == RecoveryReport(source="poison queue", expected=1, found=1, published=1)
     assert report.all_on_bus
-    assert [e["detail"]["id"] for e in bus()] == [image["eventId"]["S"]]
+    assert [e["detail"]["id"] for e in bus()] == [item_event_id(image)]
 
 
 def test_a_parked_record_that_still_cannot_be_published_stays_parked(recovery, poison_queue, bus):
@@ -453,7 +608,7 @@ def test_a_row_the_polling_publisher_parked_is_republished_once_it_decodes(recov
     report = recovery.redrive_parked(parked_row(image["envelope"]["S"]))
 
     assert report == RecoveryReport(source="poison queue", expected=1, found=1, published=1)
-    assert [e["detail"]["id"] for e in bus()] == [image["eventId"]["S"]]
+    assert [e["detail"]["id"] for e in bus()] == [item_event_id(image)]
 
 
 def test_a_parked_row_that_still_cannot_be_published_is_named_and_not_published(recovery, poison_queue, bus):
@@ -500,7 +655,7 @@ def test_a_parked_record_held_by_key_is_read_from_its_table_and_republished(
     report = recovery.redrive_parked(parked_by_key(arn, item))
 
     assert report == RecoveryReport(source="poison queue", expected=1, found=1, published=1)
-    assert [e["detail"]["id"] for e in bus()] == [item["eventId"]["S"]]
+    assert [e["detail"]["id"] for e in bus()] == [item_event_id(item)]
 
 
 def test_a_parked_record_held_by_key_and_gone_from_its_table_is_reported_missing(
@@ -517,9 +672,7 @@ def test_a_parked_record_held_by_key_and_gone_from_its_table_is_reported_missing
     report = recovery.redrive_parked(parked_by_key(arn, item))
 
     assert (report.found, report.published, report.complete) == (0, 0, False)
-    assert report.missing == [
-        f"parked event {item['eventId']['S']} is no longer in {table} (deleted by TTL?)"
-    ]
+    assert report.missing == [f"parked event {item_event_id(item)} is no longer in {table} (deleted by TTL?)"]
     assert bus() == []
 
 
@@ -538,7 +691,8 @@ def spoil_outbox_item(table: str, order_id: str) -> str:
     [poisoned] = [
         i
         for i in client.scan(TableName=table)["Items"]
-        if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX) and i["aggregateId"]["S"] == order_id
+        if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX)
+        and keys.outbox_aggregate_id(i[keys.PK]["S"]) == order_id
     ]
     client.update_item(
         TableName=table,
@@ -546,7 +700,7 @@ def spoil_outbox_item(table: str, order_id: str) -> str:
         UpdateExpression="SET envelope = :bad",
         ExpressionAttributeValues={":bad": {"S": "not json"}},
     )
-    return str(poisoned["eventId"]["S"])
+    return item_event_id(poisoned)
 
 
 def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
@@ -669,7 +823,7 @@ def reports_printed(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
 def outbox_items(table: str) -> dict[str, dict[str, Any]]:
     """The outbox items of a table, by event id, as stored."""
     items = boto3.client("dynamodb").scan(TableName=table)["Items"]
-    return {i["eventId"]["S"]: i for i in items if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX)}
+    return {item_event_id(i): i for i in items if i[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX)}
 
 
 @dataclass(frozen=True)
@@ -766,7 +920,7 @@ def test_redrive_poison_against_a_failing_bus_keeps_the_parked_message(
     failing_bus, bus, poison_queue, template, capsys, fault
 ):
     image = outbox_image_of_new_order()
-    event_id = image["eventId"]["S"]
+    event_id = item_event_id(image)
     fault.inject(failing_bus, event_id)
     poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
     PoisonQueue(poison_url).park(stream_poison(event_id, "was unpublishable", image))
@@ -838,12 +992,12 @@ def test_a_parked_record_eventbridge_still_rejects_is_not_published_and_says_why
     recovery, failing_bus, poison_queue, bus
 ):
     image = outbox_image_of_new_order()
-    failing_bus.reject = {image["eventId"]["S"]}
+    failing_bus.reject = {item_event_id(image)}
     body = json.loads(poison_message_body(stream_poison("e-1", "was unpublishable", image)))
 
     report = recovery.redrive_parked(checked_poison_message(body))
 
-    assert (report.published, report.unpublished, report.complete) == (0, [image["eventId"]["S"]], False)
+    assert (report.published, report.unpublished, report.complete) == (0, [item_event_id(image)], False)
     assert any("still rejects" in line and "MalformedDetail" in line for line in report.missing)
 
 
@@ -879,8 +1033,8 @@ def test_redrive_parks_a_record_that_fails_to_decode_in_any_way(
     code = admin(template, "redrive", "--queue-url", queue_url)
 
     assert code == 1  # parked, so not on the bus: named for the operator
-    assert printed(capsys).summary == {"redriven": 1, "kept": 0, "parked": [deep["eventId"]["S"]]}
-    assert [p["eventId"] for p in poison_queue()] == [deep["eventId"]["S"]]
+    assert printed(capsys).summary == {"redriven": 1, "kept": 0, "parked": [item_event_id(deep)]}
+    assert [p["eventId"] for p in poison_queue()] == [item_event_id(deep)]
     assert len(bus()) == 1
     assert messages_in(queue_url) == 0  # the poison queue holds the record whole
 

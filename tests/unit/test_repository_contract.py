@@ -540,10 +540,10 @@ def test_every_outbox_item_expires_outbox_ttl_days_after_its_event(dynamodb_sett
         for item in client.scan(TableName=table)["Items"]
         if item[keys.SK]["S"].startswith(keys.OUTBOX_SK_PREFIX)
     ]
+    envelopes = [json.loads(item[ENVELOPE]["S"]) for item in items]
     lived = {
-        item["eventType"]["S"]: int(item[EXPIRES_AT]["N"])
-        - parse_time(json.loads(item[ENVELOPE]["S"])["time"]).timestamp()
-        for item in items
+        envelope["type"]: int(item[EXPIRES_AT]["N"]) - parse_time(envelope["time"]).timestamp()
+        for item, envelope in zip(items, envelopes, strict=True)
     }
     window = settings.outbox_ttl_days * 86_400
     assert lived == {

@@ -109,6 +109,8 @@ class Write:
     indexes: list[str] = field(default_factory=list)
     units_aws: int = 0
     units_aws_index_writes_single: int = 0
+    units_aws_item: int = 0  # of units_aws: the item's own write (doubled in a transaction)
+    units_aws_indexes: int = 0  # of units_aws: its index entries' writes (doubled in a transaction)
 
 
 def index_writes(
@@ -203,6 +205,8 @@ class DynamoMeter:
                     indexes=[name for name, _ in entries],
                     units_aws=table_units + index_units * factor,
                     units_aws_index_writes_single=table_units + index_units,
+                    units_aws_item=table_units,
+                    units_aws_indexes=index_units * factor,
                 )
             )
         self._pending = []
@@ -278,7 +282,9 @@ def _figures(meter: DynamoMeter, count: int) -> dict[str, Any]:
 
 
 def breakdown(writes: list[Write], count: int) -> list[dict[str, Any]]:
-    """The writes of one operation, grouped by what they are, with mean sizes and AWS units."""
+    """The writes of one operation, grouped by what they are, with mean sizes and AWS units: in all
+    (`wcu_aws`), and where they went, the item itself (`wcu_aws_item`) and its index entries
+    (`wcu_aws_indexes`)."""
     groups: dict[tuple[Any, ...], list[Write]] = {}
     for w in writes:
         kind = (w.operation, w.item, w.transactional, w.conditional, tuple(w.indexes))
@@ -294,6 +300,8 @@ def breakdown(writes: list[Write], count: int) -> list[dict[str, Any]]:
             "conditional": conditional,
             "indexes": list(indexes),
             "wcu_aws": sum(w.units_aws for w in members) / count,
+            "wcu_aws_item": sum(w.units_aws_item for w in members) / count,
+            "wcu_aws_indexes": sum(w.units_aws_indexes for w in members) / count,
         }
         for (operation, item, transactional, conditional, indexes), members in groups.items()
     ]

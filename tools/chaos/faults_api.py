@@ -4,6 +4,7 @@ until the order moved on (a stale write the version condition must refuse)."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -12,15 +13,39 @@ from botocore.client import BaseClient
 from tools.chaos.injection import ApiCall, InjectorBase, client_error
 from tools.chaos.plan import API_CONFLICT, API_KINDS, API_STALE_CANCEL, API_THROTTLE
 
+# An outbox item's sort key prefix and envelope attribute (shop/adapters/dynamodb/keys.py, outbox_items.py).
+# Not imported: this module is loaded into the function's process before its import path is narrowed to
+# its code and layers (tools/local/runtime/worker.py), where importing shop would pin the repository's
+# copy instead of the layer's.
+_OUTBOX_SK_PREFIX, _ENVELOPE = "OUTBOX#", "envelope"
 # A stale cancel waits at most this long for the order to change under it.
 _STALE_HOLD_SECONDS = 4.0
 _STALE_POLL_SECONDS = 0.05
 
 
-def _cancel_from_pending(params: dict[str, Any], puts: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _outbox_events(puts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The CloudEvents a transaction's outbox items carry, read from their envelope (the item holds what
+    the event is nowhere else: shop/adapters/dynamodb/outbox_items.py)."""
+    events = []
+    for item in puts:
+        sort_key, text = item.get("SK", {}).get("S"), item.get(_ENVELOPE, {}).get("S")
+        if not (
+            isinstance(sort_key, str) and sort_key.startswith(_OUTBOX_SK_PREFIX) and isinstance(text, str)
+        ):
+            continue
+        try:
+            event = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def _cancel_from_pending(params: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """For a cancel decided on a PENDING order (its event is sequence 2): the read of that order."""
-    cancels = [i for i in puts if i.get("eventType", {}).get("S") == "OrderCancelled" and "sequence" in i]
-    if len(cancels) != 1 or cancels[0]["sequence"] != {"N": "2"}:
+    cancels = [e for e in events if e.get("type") == "OrderCancelled"]
+    if len(cancels) != 1 or cancels[0].get("sequence") != 2:
         return None
     updates = [action["Update"] for action in params["TransactItems"] if "Update" in action]
     if len(updates) != 1:
@@ -32,15 +57,16 @@ def _cancel_from_pending(params: dict[str, Any], puts: list[dict[str, Any]]) -> 
 class ApiFaults(InjectorBase):
     def _api(self, original: ApiCall, client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
         puts = [action["Put"]["Item"] for action in params["TransactItems"] if "Put" in action]
-        event_ids = [item["eventId"]["S"] for item in puts if "eventId" in item]
-        order_ids = sorted({item["aggregateId"]["S"] for item in puts if "aggregateId" in item})
+        events = _outbox_events(puts)
+        event_ids = [str(e.get("id")) for e in events]
+        order_ids = sorted({str(e.get("subject")) for e in events})
         request_keys = [
             item["PK"]["S"] for item in puts if item.get("entityType", {}).get("S") == "RequestKey"
         ]
         # A create is retried under its Idempotency-Key (a new order id each time); a cancel under its event.
         identity = request_keys or event_ids
         candidates: tuple[str, ...] = API_KINDS
-        cancel_from_pending = _cancel_from_pending(params, puts)
+        cancel_from_pending = _cancel_from_pending(params, events)
         if cancel_from_pending is not None:
             candidates = (API_STALE_CANCEL, *API_KINDS)
         kind = self._pick(candidates)

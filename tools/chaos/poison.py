@@ -100,14 +100,9 @@ def write_poison_item(
         else keys.order_partition(aggregate)
     )
     key = keys.outbox_key(partition, 1, event_id)
-    item: dict[str, Any] = {
-        **key,
-        **_envelope(variant, event_id),
-        "eventId": {"S": event_id},
-        "eventType": {"S": "OrderCreated"},
-        "aggregateId": {"S": aggregate},
-        "sequence": {"N": "1"},
-    }
+    # As the writers shape an outbox item (shop/adapters/dynamodb/outbox_items.py): what the event is
+    # lives in its envelope and key only, so the relay names the poison by its key's event id.
+    item: dict[str, Any] = {**key, **_envelope(variant, event_id)}
     dynamodb.put_item(TableName=stack.template.physical_name(table), Item=item)
     poison = PoisonItem(table, key[keys.PK]["S"], key[keys.SK]["S"], event_id, variant)
     ledger.append(

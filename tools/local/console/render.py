@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
+from shop.adapters.dynamodb import keys as table_keys
 from tools.local.console.activity import DEAD_LETTERED, Entry, Invocation, Notice, Publication
 from tools.local.console.printer import ConsolePrinter
 from tools.local.console.reports import FunctionReports, RecordReport
@@ -70,8 +71,9 @@ def _string(attribute: Any) -> str | None:
 
 
 def _outbox_event(image: dict[str, Any]) -> dict[str, Any] | None:
-    """The event of an outbox item: its envelope, else (a poison item's envelope being unreadable) its
-    eventId, eventType and aggregateId attributes (shop/adapters/dynamodb/outbox_items.py)."""
+    """The event of an outbox item: its envelope (shop/adapters/dynamodb/outbox_items.py), else (a poison
+    item's envelope being unreadable) the eventId, eventType and aggregateId attributes an item written
+    by earlier code carries. An item without them is named by its keys (describe_record)."""
     for value in image.values():
         found = _cloud_event(json_object(_string(value)))
         if found is not None:
@@ -115,13 +117,16 @@ def describe_record(record: dict[str, Any]) -> RecordView:
         )
         fallback = f"{shown(record.get('eventName', '?'))} {shown_keys}".strip()
         fallback_id = shown(stream.get("SequenceNumber", ""))
+        sort_key = _string(image.get(table_keys.SK)) if isinstance(image, dict) else None
+        key_event_id = table_keys.outbox_event_id(sort_key) if sort_key else None  # what the key ends with
     else:
         event = _cloud_event(json_object(record.get("body")))
         fallback = shown(record.get("body", ""), 60)
         fallback_id = shown(record.get("messageId", ""))
+        key_event_id = None
     if event is None:
-        return RecordView(fallback, fallback_id, None)
-    event_id = event.get("id") if isinstance(event.get("id"), str) and event.get("id") else None
+        return RecordView(fallback, shown(key_event_id) if key_event_id else fallback_id, key_event_id)
+    event_id = event.get("id") if isinstance(event.get("id"), str) and event.get("id") else key_event_id
     text = " ".join(shown(part) for part in (event.get("type"), event.get("subject")) if part)
     return RecordView(text or fallback, shown(event_id) if event_id else fallback_id, event_id)
 

@@ -4,9 +4,9 @@ A hop is one piece of work on one event (or request): the API handling a request
 an outbox record, a consumer handling a message, a message published to an SNS topic. An invocation of
 a batch is one hop per record, all with the invocation's start and duration. Hops are keyed by what the
 CloudEvents envelope carries (shop/domain/envelope.py): the event id, the order (the event's subject, or
-the outbox item's aggregateId when the envelope cannot be read), the correlation id of the request that
-started the saga, and the event that caused it (causation id). The API's hop gets the order from its
-path or its answer, and the correlation id from its X-Correlation-Id answer header.
+the order the outbox item's key names when the envelope cannot be read), the correlation id of the
+request that started the saga, and the event that caused it (causation id). The API's hop gets the order
+from its path or its answer, and the correlation id from its X-Correlation-Id answer header.
 
 A hop may have a parent hop (`parent`, a hop id): the page indents a hop under its parent and draws
 every bar from its start and duration alone. Parents come from the same trace headers X-Ray reads
@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from shop.adapters.dynamodb import keys as table_keys
 from shop.domain.tracing import TraceContext, from_traceparent, from_xray_header
 from tools.local.console.activity import Entry, Invocation, Notice, Publication
 
@@ -151,13 +152,20 @@ def _string_attribute(image: dict[str, Any], name: str) -> str | None:
 
 
 def outbox_image_keys(image: dict[str, Any]) -> EventKeys:
-    """An outbox item's event: its envelope, or (a poison item's envelope being unreadable) its
-    eventId, eventType and aggregateId attributes (shop/adapters/dynamodb/outbox_items.py)."""
+    """An outbox item's event: its envelope (shop/adapters/dynamodb/outbox_items.py), else (a poison
+    item's envelope being unreadable) the eventId, eventType and aggregateId attributes an item written
+    by earlier code carries, else its key: the event id its sort key ends with, the order its partition
+    key names (shop/adapters/dynamodb/keys.py)."""
     keys = envelope_keys(_json_object(_string_attribute(image, "envelope")))
+    sort_key, partition = _string_attribute(image, table_keys.SK), _string_attribute(image, table_keys.PK)
     return EventKeys(
-        event_id=keys.event_id or _string_attribute(image, "eventId"),
+        event_id=keys.event_id
+        or _string_attribute(image, "eventId")
+        or (table_keys.outbox_event_id(sort_key) if sort_key else None),
         event_type=keys.event_type or _string_attribute(image, "eventType"),
-        order_id=keys.order_id or _string_attribute(image, "aggregateId"),
+        order_id=keys.order_id
+        or _string_attribute(image, "aggregateId")
+        or (table_keys.outbox_aggregate_id(partition) if partition else None),
         correlation_id=keys.correlation_id,
         causation_id=keys.causation_id,
     )

@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+from shop.adapters.dynamodb import keys
 from tools.local.console.activity import Invocation, Publication
 from tools.local.runtime.functions import FunctionError, InvocationResult
 
@@ -92,15 +93,26 @@ def api_request(
 
 
 def outbox_record(
-    event: dict[str, Any] | None, sequence_number: str, *, raw_envelope: str | None = None
+    event: dict[str, Any] | None,
+    sequence_number: str,
+    *,
+    raw_envelope: str | None = None,
+    written_by_earlier_code: bool = False,
 ) -> dict[str, Any]:
-    """A stream record of an outbox INSERT (its envelope unreadable when raw_envelope is given)."""
+    """A stream record of an outbox INSERT, its item shaped as the writers shape it
+    (shop/adapters/dynamodb/outbox_items.py: keys and envelope), its envelope unreadable when
+    raw_envelope is given; written_by_earlier_code: with the eventId, eventType and aggregateId
+    attributes items written before 2026-11-26 carry."""
+    key = (
+        keys.outbox_key(keys.order_partition(event["subject"]), event["sequence"], event["id"])
+        if event is not None
+        else keys.outbox_key(keys.order_partition("x"), 1, "x")
+    )
     image: dict[str, Any] = {
-        "PK": {"S": "ORDER#x"},
-        "SK": {"S": "OUTBOX#000000000001#x"},
+        **key,
         "envelope": {"S": raw_envelope if raw_envelope is not None else json.dumps(event)},
     }
-    if event is not None:
+    if event is not None and written_by_earlier_code:
         image |= {
             "eventId": {"S": event["id"]},
             "eventType": {"S": event["type"]},

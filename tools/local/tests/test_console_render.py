@@ -28,12 +28,17 @@ def strict_console() -> tuple[Console, io.BytesIO]:
     return Console(stream, color=False), raw
 
 
-def stream_record(poison: PoisonRecord, sequence: str = "000000000000000000101") -> dict[str, Any]:
-    """The outbox item's INSERT as the relay receives it (Lambda's shape of DynamoDB Local's JSON)."""
+def stream_record(
+    poison: PoisonRecord, sequence: str = "000000000000000000101", *, legacy_attributes: bool = True
+) -> dict[str, Any]:
+    """The outbox item's INSERT as the relay receives it (Lambda's shape of DynamoDB Local's JSON). The
+    corpus's items carry the attributes items written before 2026-11-26 repeat the event in; without
+    them (legacy_attributes=False), the item as the writers shape it now."""
     # Binary values arrive base64-encoded, as GetRecords' JSON has them.
     item = {
         name: {"B": base64.b64encode(value["B"]).decode()} if "B" in value else value
         for name, value in poison.dynamodb_item().items()
+        if legacy_attributes or name not in {"eventId", "eventType", "aggregateId", "sequence"}
     }
     raw = {
         "eventID": "1",
@@ -95,6 +100,25 @@ def test_each_poison_record_on_the_stream_prints_one_parked_line_naming_its_even
     assert poison.aggregate_id in output, "the item's aggregateId says which order, envelope or not"
     assert not set(output) & {"\x1b", "\x00", "\r", "\u202e"}, "no control character reaches the terminal"
     assert len(output) < 1000, "a huge field is cut"
+
+
+@pytest.mark.parametrize("poison", CORPUS, ids=[p.name for p in CORPUS])
+def test_a_poison_item_without_the_former_attributes_is_named_by_the_event_id_its_key_ends_with(
+    poison: PoisonRecord,
+) -> None:
+    console, raw = strict_console()
+    record = stream_record(poison, legacy_attributes=False)
+    parked = RecordReport(
+        "parked", "envelope is not valid JSON", poison.event_id, sequence_number="000000000000000000101"
+    )
+
+    output = printed(console, raw, console.lines(relay_invocation([record]), [parked]))
+
+    assert output.count("\n") == 1
+    assert f"parked in the relay poison queue: envelope is not valid JSON (event {poison.event_id})" in output
+    assert not set(output) & {"\x1b", "\x00", "\r", "\u202e"}, "no control character reaches the terminal"
+    assert poison.aggregate_id in output, "the envelope's subject, or the order its partition key names"
+    assert describe_record(record).event_id == poison.event_id
 
 
 @pytest.mark.parametrize(

@@ -150,19 +150,28 @@ def test_a_batch_is_one_hop_per_record_each_on_its_own_orders_timeline() -> None
     assert [h.keys.event_id for h in order_timeline(hops, "o-2")] == [second["id"]]
 
 
-def test_a_poison_record_is_on_its_orders_timeline_by_aggregate_id_and_parked_when_the_queue_holds_it() -> (
-    None
-):
+def test_a_poison_record_is_on_its_orders_timeline_by_its_key_and_parked_when_the_queue_holds_it() -> None:
     event = envelope("OrderCreated", "o-1", "corr-1")
     record = outbox_record(event, "100", raw_envelope="{not json")
 
     unparked = order_timeline(build_hops([relay([record], 0.0)]), "o-1")
     parked = order_timeline(build_hops([relay([record], 0.0)], parked=frozenset({event["id"]})), "o-1")
 
-    assert [(h.keys.event_id, h.keys.event_type, h.outcome) for h in unparked] == [
+    # The envelope unreadable, the item's keys still say which event (its sort key) of which order
+    # (its partition key); its type is in the envelope only.
+    assert [(h.keys.event_id, h.keys.event_type, h.outcome) for h in unparked] == [(event["id"], None, "ok")]
+    assert [(h.outcome, h.error) for h in parked] == [("parked", "parked in the relay poison queue")]
+
+
+def test_a_poison_record_written_by_earlier_code_is_named_by_its_attributes() -> None:
+    event = envelope("OrderCreated", "o-1", "corr-1")
+    record = outbox_record(event, "100", raw_envelope="{not json", written_by_earlier_code=True)
+
+    timeline = order_timeline(build_hops([relay([record], 0.0)]), "o-1")
+
+    assert [(h.keys.event_id, h.keys.event_type, h.outcome) for h in timeline] == [
         (event["id"], "OrderCreated", "ok")
     ]
-    assert [(h.outcome, h.error) for h in parked] == [("parked", "parked in the relay poison queue")]
 
 
 def test_a_request_with_no_order_joins_the_timeline_by_its_correlation_id() -> None:

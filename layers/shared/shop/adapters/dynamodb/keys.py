@@ -14,10 +14,18 @@ InventoryTable:
     its outbox items PK=RESERVATION#<orderId>    SK=OUTBOX#<sequence:012d>#<eventId>
 
 Outbox items of any table also carry the sparse time index used by replay:
-    outboxBucket = <yyyymmddHH>#<shard>   (write-sharded hourly bucket, no hot partition)
+    outboxBucket = <yyyymmddHH>#<shard>   (write-sharded hourly bucket, no hot partition;
+                   shard = crc32(eventId) % shards, so an event's shard is known from its id alone)
     outboxTime   = <RFC 3339 time, milliseconds, Z>   (index sort keys need not be unique: no id suffix,
                    37 bytes fewer per outbox item; items written with the former `#<eventId>` suffix
                    still fall inside outbox_time_bounds)
+
+An outbox item's event id is the end of its sort key (outbox_event_id), its aggregate (the order) the
+end of its partition key (outbox_aggregate_id). Replay of one event finds it in OutboxByTime, whose
+KEYS_ONLY entries hold the table key too: the hourly buckets of the id's one shard, newest first, each
+read for the sort key that ends with `#<eventId>` (outbox_time_shard, outbox_shard_buckets,
+outbox_sort_key_suffix). There is no index by event id: it cost 2 write units per outbox item inside a
+transaction (docs/performance.md, "Write cost").
 """
 
 from __future__ import annotations
@@ -34,7 +42,6 @@ PK = "PK"
 SK = "SK"
 OUTBOX_SK_PREFIX = "OUTBOX#"
 OUTBOX_TIME_INDEX = "OutboxByTime"
-OUTBOX_EVENT_ID_INDEX = "OutboxByEventId"
 OUTBOX_BUCKET = "outboxBucket"
 OUTBOX_TIME = "outboxTime"
 
@@ -98,12 +105,41 @@ def is_outbox_sort_key(sort_key: str) -> bool:
     return sort_key.startswith(OUTBOX_SK_PREFIX)
 
 
+def outbox_event_id(sort_key: str) -> str | None:
+    """The event id an outbox item's sort key ends with (OUTBOX#<sequence>#<eventId>); None when the
+    sort key is not one an outbox writer builds."""
+    prefix, _, rest = sort_key.partition(OUTBOX_SK_PREFIX)
+    sequence, separator, event_id = rest.partition("#")
+    if prefix or not separator or not sequence.isdigit() or not event_id:
+        return None
+    return event_id
+
+
+def outbox_aggregate_id(partition: str) -> str | None:
+    """The order an outbox item's partition key names (ORDER#<orderId> or RESERVATION#<orderId>), which
+    is its events' subject; None for any other partition."""
+    for prefix in (_ORDER, _RESERVATION):
+        if partition.startswith(prefix) and len(partition) > len(prefix):
+            return partition.removeprefix(prefix)
+    return None
+
+
+def outbox_sort_key_suffix(event_id: str) -> str:
+    """What the sort key of the outbox item of `event_id` ends with (it starts with its sequence)."""
+    return f"#{event_id}"
+
+
 def _hour(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y%m%d%H")
 
 
+def outbox_time_shard(event_id: str, shards: int) -> int:
+    """The OutboxByTime shard of an event's outbox item: a function of its id alone."""
+    return zlib.crc32(event_id.encode()) % shards
+
+
 def outbox_time_attributes(occurred_at: datetime, event_id: str, shards: int) -> dict[str, dict[str, str]]:
-    shard = zlib.crc32(event_id.encode()) % shards
+    shard = outbox_time_shard(event_id, shards)
     stamp = occurred_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return {
         OUTBOX_BUCKET: {"S": f"{_hour(occurred_at)}#{shard}"},
@@ -128,3 +164,14 @@ def outbox_buckets(start: datetime, end: datetime, shards: int) -> Iterator[str]
         for shard in range(shards):
             yield f"{_hour(hour)}#{shard}"
         hour += timedelta(hours=1)
+
+
+def outbox_shard_buckets(shard: int, oldest: datetime, newest: datetime) -> Iterator[str]:
+    """The buckets of one shard that can hold an outbox item written between oldest and newest, one an
+    hour, newest hour first: where the item of an event whose shard is `shard` (outbox_time_shard) can be
+    (an event replayed by id is most often a recent one)."""
+    first = oldest.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    hour = newest.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    while hour >= first:
+        yield f"{_hour(hour)}#{shard}"
+        hour -= timedelta(hours=1)
