@@ -86,7 +86,13 @@ class ListSink:
 
 
 def publisher() -> EventPublisher:
-    return EventPublisher("orders-bus", SETTINGS.max_event_bytes, sleep=lambda _: None)
+    """The publisher as deployed: its calls in flight at once (the default of PUBLISH_CONCURRENCY)."""
+    return EventPublisher(
+        "orders-bus",
+        SETTINGS.max_event_bytes,
+        max_in_flight=SETTINGS.publish_concurrency,
+        sleep=lambda _: None,
+    )
 
 
 def advance(database: Database, order_ids: Iterable[str]) -> None:

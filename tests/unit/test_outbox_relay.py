@@ -114,28 +114,51 @@ def test_the_writers_trace_header_travels_with_its_event_to_the_bus(faulty_bus, 
     assert [entry.get("TraceHeader") for entry in faulty_bus.entries] == [trace, None]
 
 
-def test_a_permanent_failure_checkpoints_at_that_record_and_sends_nothing_later(faulty_bus, bus, invoke):
-    batch = records("relay_outbox_insert_batch.json")
+@pytest.fixture
+def calls_in_flight(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The relay's publisher with `request.param` PutEvents calls in flight at once (1: one at a time)."""
+    in_flight = int(request.param)
+
+    def publisher(settings: Settings) -> EventPublisher:
+        return EventPublisher(settings.event_bus_name, settings.max_event_bytes, max_in_flight=in_flight)
+
+    monkeypatch.setattr(shop.runtime.wiring.relay, "event_publisher", publisher)
+    return in_flight
+
+
+@pytest.mark.parametrize("calls_in_flight", [1, 16], indirect=True)
+def test_a_permanent_failure_checkpoints_at_that_record_and_never_resends_what_precedes_it(
+    faulty_bus, bus, invoke, calls_in_flight
+):
+    batch = records("relay_outbox_insert_batch.json")  # 25 orders' events: calls of 10, 10 and 5
     seventh = batch[6]
     faulty_bus.fail_permanently = {event_id(seventh)}
 
     failures = relay(invoke, batch)
 
-    # Lambda is told to resume at record 7; the chunk after the failing one was never sent
+    # Lambda is told to resume at record 7
     assert failures == [seventh["dynamodb"]["SequenceNumber"]]
-    assert len(faulty_bus.calls) == 1
-    assert {event_id(r) for r in batch[10:]}.isdisjoint(faulty_bus.sent_ids())
+    first_delivery = [e["detail"]["id"] for e in bus()]
+    if calls_in_flight == 1:  # one call at a time: the chunks after the failing one were never sent
+        assert len(faulty_bus.calls) == 1
+        assert {event_id(r) for r in batch[10:]}.isdisjoint(faulty_bus.sent_ids())
+    else:  # the later chunks were in flight beside it: on the bus, past the checkpoint
+        assert len(faulty_bus.calls) == 3
+        assert {event_id(r) for r in batch[10:]} <= set(first_delivery)
 
     # When Lambda redelivers from the checkpoint and the entry now succeeds
     faulty_bus.fail_permanently = set()
     faulty_bus.calls.clear()
     assert relay(invoke, batch[6:]) == []
 
-    # Then records 1-6 were never sent again and every event is on the bus
+    # Then records 1-6 were never sent again, every event is on the bus, and only events past the
+    # checkpoint that were in flight at the failure are there twice (consumers absorb repeats)
     assert {event_id(r) for r in batch[:6]}.isdisjoint(faulty_bus.sent_ids())
-    on_bus = [e["detail"]["id"] for e in bus()]
+    on_bus = first_delivery + [e["detail"]["id"] for e in bus()]
     assert set(on_bus) == {event_id(r) for r in batch}
     assert all(on_bus.count(event_id(r)) == 1 for r in batch[:6])
+    # (records 8-10 went in record 7's call; with calls in flight, records 11-25 went too)
+    assert len(on_bus) - len(batch) == (3 if calls_in_flight == 1 else 18)
 
 
 def test_throttled_calls_and_entries_are_retried_within_the_invocation(faulty_bus, bus, invoke):
@@ -368,8 +391,9 @@ def test_while_the_poison_queue_is_down_no_retry_sends_anything_twice(faulty_bus
     assert [json.loads(m["Body"])["eventId"] for m in parked] == [event_id(batch[3])]
 
 
-def test_an_entry_the_bus_rejects_that_cannot_be_parked_stops_publishing_after_its_call(
-    faulty_bus, bus, invoke
+@pytest.mark.parametrize("calls_in_flight", [1, 16], indirect=True)
+def test_an_entry_the_bus_rejects_that_cannot_be_parked_is_the_checkpoint(
+    faulty_bus, bus, invoke, calls_in_flight
 ):
     batch = records("relay_outbox_insert_batch.json")  # 25 records: calls of 10, 10 and 5
     faulty_bus.reject = {event_id(batch[4])}  # and no poison queue: it cannot be parked
@@ -377,9 +401,13 @@ def test_an_entry_the_bus_rejects_that_cannot_be_parked_stops_publishing_after_i
     failures = relay(invoke, batch)
 
     assert failures == [batch[4]["dynamodb"]["SequenceNumber"]]
-    # Only its own call went out (its chunk-mates after it are the one unavoidable repeat on retry)
-    assert len(faulty_bus.calls) == 1
-    assert {event_id(r) for r in batch[10:]}.isdisjoint(faulty_bus.sent_ids())
+    if calls_in_flight == 1:
+        # Only its own call went out (its chunk-mates after it are the one unavoidable repeat on retry)
+        assert len(faulty_bus.calls) == 1
+        assert {event_id(r) for r in batch[10:]}.isdisjoint(faulty_bus.sent_ids())
+    else:
+        assert len(faulty_bus.calls) == 3  # the chunks in flight beside it; none sent after it was known
+    assert event_id(batch[4]) not in {e["detail"]["id"] for e in bus()}
 
 
 @pytest.fixture

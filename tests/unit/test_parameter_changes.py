@@ -393,6 +393,23 @@ def test_a_parameter_change_publishes_a_new_version_of_every_function_it_reconfi
     assert stale_aliases(changes, stack(after)) == {}
 
 
+@pytest.mark.parametrize("store", STORES)
+def test_the_relays_publish_concurrency_reconfigures_the_relays_and_nothing_else(store):
+    """RelayPublishConcurrency is in the relays' own environment (not Globals): a change reaches their
+    published versions, and no other function's."""
+    before = {**STORES[store], **SNAPSTART}
+    after = {**before, "RelayPublishConcurrency": "4"}
+    changes = change(before, after)
+
+    reconfigured = {k for k in aliases(stack(after)) if changes.get(k) and changes[k].action == "modify"}
+    # The stream relay serves the inventory table's outbox on both stores; the publisher, the database's.
+    relays = (
+        {"OutboxRelayFunction", "OutboxPublisherFunction"} if store == "postgres" else {"OutboxRelayFunction"}
+    )
+    assert reconfigured == relays
+    assert stale_aliases(changes, stack(after)) == {}
+
+
 def test_a_new_shared_layer_publishes_a_new_version_of_every_function_and_reruns_the_migrations():
     """The layer holds the domain code and the schema's migrations: a deploy that changes only it (a
     new migration) must reach the published versions and run the migration custom resource again."""

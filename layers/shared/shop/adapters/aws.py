@@ -40,8 +40,11 @@ def dynamodb_streams() -> DynamoDBStreamsClient:
 
 @cache
 def events() -> EventBridgeClient:
-    # PutEvents failures are handled entry by entry by the publisher: no SDK-level retries.
-    return boto3.client("events", config=_CLIENT_CONFIG.merge(Config(retries={"max_attempts": 1})))
+    # PutEvents failures are handled entry by entry by the publisher: no SDK-level retries. Its calls
+    # overlap (runtime.config's publish concurrency, at most 50): a connection for each.
+    return boto3.client(
+        "events", config=_CLIENT_CONFIG.merge(Config(retries={"max_attempts": 1}, max_pool_connections=50))
+    )
 
 
 @cache

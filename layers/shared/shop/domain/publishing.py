@@ -31,8 +31,16 @@ class PublishResult:
         """How many entries are on the bus."""
         return len(self.accepted_positions)
 
-    def count_failure(self, code: str) -> None:
-        self.failures_by_code[code] = self.failures_by_code.get(code, 0) + 1
+    def count_failure(self, code: str, count: int = 1) -> None:
+        self.failures_by_code[code] = self.failures_by_code.get(code, 0) + count
+
+    def merge(self, chunk: PublishResult) -> None:
+        """Count in what one chunk's calls did (its first_unpublished is the caller's to decide)."""
+        self.calls += chunk.calls
+        for code, count in chunk.failures_by_code.items():
+            self.count_failure(code, count)
+        self.accepted_positions.extend(chunk.accepted_positions)
+        self.rejected.update(chunk.rejected)
 
 
 # Called with (position, error code, message) for an entry the bus refused for what it is, once the
@@ -71,6 +79,55 @@ def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> li
     if start < len(entries):
         chunks.append(range(start, len(entries)))
     return chunks
+
+
+class ChunkSchedule:
+    """Which PutEvents chunks may be in flight together, and where publishing stands when they are done.
+
+    A chunk waits for the last earlier chunk holding each of its aggregates to be settled (every entry of
+    it on the bus, or refused and put away): an aggregate's events are never in flight twice, so a later
+    event is never accepted while an earlier one can still fail. Chunks of other aggregates go
+    concurrently. Once a chunk failed, no chunk after it is sent; chunks before it still are, when what
+    they wait for settled, so the checkpoint gets as far as it can. Chunks are handed out in order.
+    """
+
+    def __init__(self, entries: Sequence[OutboxEntry], chunks: Sequence[range]) -> None:
+        self._chunks = chunks
+        last_of: dict[str, int] = {}
+        self._waits_for: list[frozenset[int]] = []
+        for index, chunk in enumerate(chunks):
+            aggregates = {entries[position].aggregate for position in chunk}
+            self._waits_for.append(frozenset(last_of[a] for a in aggregates if a in last_of))
+            for aggregate in aggregates:
+                last_of[aggregate] = index
+        self._unsent = list(range(len(chunks)))
+        self._settled: set[int] = set()
+        self._failed_at: dict[int, int] = {}  # chunk -> position of its first entry not on the bus
+
+    def ready(self, limit: int) -> list[int]:
+        """Up to `limit` chunks that may be sent now, in order; each is taken as sent."""
+        stop = min(self._failed_at, default=len(self._chunks))
+        ready = [index for index in self._unsent if index < stop and self._waits_for[index] <= self._settled][
+            : max(limit, 0)
+        ]
+        self._unsent = [index for index in self._unsent if index not in ready]
+        return ready
+
+    def settle(self, index: int, failed_at: int | None = None) -> None:
+        """A sent chunk is done: every entry on the bus or put away, or the first that is not."""
+        if failed_at is None:
+            self._settled.add(index)
+        else:
+            self._failed_at[index] = failed_at
+
+    def after_failure(self, index: int) -> bool:
+        """Whether a chunk lies after one that failed (it was in flight when the failure was known)."""
+        return any(failed < index for failed in self._failed_at)
+
+    def first_unpublished(self) -> int | None:
+        """Once nothing is in flight: the position publishing got to, None when every chunk settled."""
+        stops = [self._chunks[index].start for index in self._unsent] + list(self._failed_at.values())
+        return min(stops, default=None)
 
 
 def interleave_orders[Event](events: Sequence[Event], order_of: Callable[[Event], Hashable]) -> list[Event]:

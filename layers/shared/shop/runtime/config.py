@@ -20,6 +20,10 @@ DAY_SECONDS = 86_400
 CONSUMER_REDELIVERY_DAYS = 4 + 14
 
 
+DEFAULT_PUBLISH_CONCURRENCY = 16
+# The publisher's HTTP connection pool holds this many (shop.adapters.aws.events).
+MAX_PUBLISH_CONCURRENCY = 50
+
 ORDER_STORES = ("dynamodb", "postgres")  # the template's OrderStore parameter
 POSTGRES_RELAYS = ("polling", "logical")  # the template's PostgresRelay parameter
 
@@ -28,7 +32,9 @@ class ConfigurationError(RuntimeError):
     """A required setting is missing or malformed (a deployment mistake, not a request error)."""
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+def _int(
+    env: Mapping[str, str], name: str, default: int, minimum: int = 1, maximum: int | None = None
+) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -38,6 +44,8 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
     if value < minimum:
         raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigurationError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -73,6 +81,10 @@ class Settings:
     # How the postgres store's outbox reaches the bus (PostgresRelay): "polling" (the outbox table, read
     # by FOR UPDATE SKIP LOCKED) or "logical" (its inserts decoded from the write-ahead log).
     postgres_relay: str = "polling"
+    # PutEvents calls a relay keeps in flight at once (different orders' chunks; an order's events are
+    # never in flight twice). At AWS's tens of milliseconds a call, one at a time caps a relay near
+    # 200 events/s; each call counts against the account's PutEvents quota of the region.
+    publish_concurrency: int = DEFAULT_PUBLISH_CONCURRENCY
     # Lambda sets it; Powertools' idempotency falls back to "test-func" outside Lambda, and so do we
     # (runtime.consumer derives the consumers' pinned idempotency key prefix from it).
     function_name: str = "test-func"
@@ -99,6 +111,9 @@ class Settings:
             database_user=env.get("DATABASE_USER") or "postgres",
             database_secret_arn=env.get("DATABASE_SECRET_ARN", ""),
             postgres_relay=_choice(env, "POSTGRES_RELAY", POSTGRES_RELAYS),
+            publish_concurrency=_int(
+                env, "PUBLISH_CONCURRENCY", DEFAULT_PUBLISH_CONCURRENCY, maximum=MAX_PUBLISH_CONCURRENCY
+            ),
             function_name=env.get("AWS_LAMBDA_FUNCTION_NAME") or "test-func",
         )
 

@@ -8,7 +8,8 @@ from shop.runtime.config import Settings
 
 
 def event_publisher(settings: Settings) -> EventPublisher:
-    return EventPublisher(settings.require("event_bus_name"), settings.max_event_bytes)
+    bus = settings.require("event_bus_name")
+    return EventPublisher(bus, settings.max_event_bytes, max_in_flight=settings.publish_concurrency)
 
 
 def poison_queue(settings: Settings) -> PoisonQueue:

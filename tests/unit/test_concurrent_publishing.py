@@ -1,0 +1,174 @@
+"""Publishing with PutEvents calls in flight at once: which chunks may overlap (domain.publishing
+ChunkSchedule), and the publisher against a bus that takes its time and fails some entries, checked for
+what the relays checkpoint from: an order's events never in flight twice nor out of sequence, and the
+first unpublished position exact."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+import shop.adapters.aws
+from shop.adapters.eventbridge import EventPublisher
+from shop.domain.outbox import OutboxEntry
+from shop.domain.publishing import ChunkSchedule, ordered_chunks
+
+
+def entry(order: str, sequence: int) -> OutboxEntry:
+    detail = json.dumps({"id": f"{order}-{sequence}", "subject": order, "sequence": sequence})
+    return OutboxEntry(
+        event_id=f"{order}-{sequence}",
+        source="shop.orders",
+        detail_type="OrderCreated",
+        detail=detail,
+        aggregate=order,
+        sequence=sequence,
+        occurred_at="2026-11-26T00:00:00.000Z",
+        correlation_id="corr",
+        trace_header=None,
+        size=len(detail) + 40,
+    )
+
+
+def interleaved(orders: int, events_per_order: int) -> list[OutboxEntry]:
+    """Every order's first event, then every order's second... (the relays' publishing order)."""
+    return [entry(f"o{o:03d}", s) for s in range(1, events_per_order + 1) for o in range(orders)]
+
+
+class SlowBus:
+    """PutEvents answered after `latency`, from any thread: records what was in flight together."""
+
+    def __init__(self, latency: float, fail: Iterable[str] = (), throttle: float = 0.0) -> None:
+        self.latency = latency
+        self.fail = set(fail)
+        self.throttle = throttle
+        self._random = random.Random(11)
+        self._lock = threading.Lock()
+        self._in_flight: list[set[str]] = []
+        self.most_in_flight = 0
+        self.overlapping_orders: list[str] = []
+        self.accepted: list[tuple[str, int]] = []
+        self.calls = 0
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        details = [json.loads(e["Detail"]) for e in Entries]
+        orders = {d["subject"] for d in details}
+        with self._lock:
+            self.calls += 1
+            for other in self._in_flight:
+                self.overlapping_orders.extend(orders & other)
+            self._in_flight.append(orders)
+            self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
+        time.sleep(self.latency)
+        results = []
+        with self._lock:
+            self._in_flight.remove(orders)
+            for detail in details:
+                if detail["id"] in self.fail:
+                    results.append({"ErrorCode": "AccessDeniedException", "ErrorMessage": "injected"})
+                elif self._random.random() < self.throttle:
+                    results.append({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"})
+                else:
+                    self.accepted.append((detail["subject"], detail["sequence"]))
+                    results.append({"EventId": detail["id"]})
+        return {"FailedEntryCount": sum("ErrorCode" in r for r in results), "Entries": results}
+
+    def sequences(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for order, sequence in self.accepted:
+            out.setdefault(order, []).append(sequence)
+        return out
+
+
+@pytest.fixture
+def slow_bus(monkeypatch: pytest.MonkeyPatch) -> list[SlowBus]:
+    buses: list[SlowBus] = []
+    monkeypatch.setattr(shop.adapters.aws, "events", lambda: buses[-1])
+    return buses
+
+
+def publisher(in_flight: int) -> EventPublisher:
+    return EventPublisher("orders-bus", 262_144, max_in_flight=in_flight, sleep=lambda _: None)
+
+
+# --- which chunks may be in flight together -----------------------------------------------------------
+def test_a_chunk_waits_for_the_chunk_with_its_orders_earlier_event_and_others_go_at_once():
+    entries = [entry("a", 1), entry("b", 1), entry("c", 1), entry("a", 2)]
+    schedule = ChunkSchedule(entries, [range(0, 1), range(1, 2), range(2, 3), range(3, 4)])
+
+    assert schedule.ready(10) == [0, 1, 2]  # a's second event waits for its first
+    schedule.settle(1)
+    assert schedule.ready(10) == []
+    schedule.settle(0)
+    assert schedule.ready(10) == [3]
+
+
+def test_after_a_failure_nothing_later_is_sent_but_earlier_chunks_still_are_and_the_checkpoint_is_exact():
+    entries = [entry("a", 1), entry("b", 1), entry("a", 2), entry("c", 1), entry("d", 1)]
+    schedule = ChunkSchedule(entries, [range(n, n + 1) for n in range(5)])
+    assert schedule.ready(10) == [0, 1, 3, 4]
+
+    schedule.settle(3, failed_at=3)  # c's event failed while a's first was still in flight
+    schedule.settle(0)
+    assert schedule.ready(10) == [2]  # before the failure: still sent once a's first settled
+    assert schedule.after_failure(4)
+    assert not schedule.after_failure(2)
+    for index in (1, 2, 4):
+        schedule.settle(index)
+    assert schedule.first_unpublished() == 3
+
+
+def test_a_chunk_waiting_on_a_failed_chunk_is_never_sent_and_holds_the_checkpoint():
+    entries = [entry("a", 1), entry("b", 1), entry("a", 2)]
+    schedule = ChunkSchedule(entries, [range(0, 1), range(1, 2), range(2, 3)])
+    assert schedule.ready(1) == [0]
+    schedule.settle(0, failed_at=0)
+    assert schedule.ready(10) == []  # b's chunk lies after the failure, a's second waits on it
+    assert schedule.first_unpublished() == 0
+
+
+# --- the publisher, calls in flight ---------------------------------------------------------------------
+def test_chunks_of_different_orders_overlap_and_one_orders_events_never_do(slow_bus):
+    slow_bus.append(SlowBus(latency=0.02))
+    entries = interleaved(orders=40, events_per_order=5)
+
+    result = publisher(8).publish_in_order(entries)
+
+    bus = slow_bus[-1]
+    assert result.first_unpublished is None
+    assert result.calls == bus.calls == len(ordered_chunks(entries, 262_144)) == 20
+    assert bus.most_in_flight > 1
+    assert bus.overlapping_orders == []
+    assert all(sequences == [1, 2, 3, 4, 5] for sequences in bus.sequences().values())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_failures_inside_overlapping_chunks_leave_each_order_a_prefix_and_the_checkpoint_at_the_first_gap(
+    slow_bus, seed
+):
+    rng = random.Random(seed)
+    entries = interleaved(orders=30, events_per_order=4)
+    stuck = rng.choice(entries[30:])  # some order's later event fails for good
+    slow_bus.append(SlowBus(latency=0.005, fail={stuck.event_id}, throttle=0.15))
+
+    result = publisher(6).publish_in_order(entries)
+
+    bus = slow_bus[-1]
+    assert bus.overlapping_orders == []
+    # every order's events on the bus are its first ones, in sequence, and never past the stuck event
+    for order, sequences in bus.sequences().items():
+        assert sequences == list(range(1, len(sequences) + 1)), order
+    assert max(bus.sequences().get(stuck.aggregate, [0])) < stuck.sequence
+    # the checkpoint: everything before it is on the bus, it is not
+    checkpoint = result.first_unpublished
+    assert checkpoint is not None
+    assert checkpoint <= entries.index(stuck)
+    on_bus = set(bus.accepted)
+    assert all((e.aggregate, e.sequence) in on_bus for e in entries[:checkpoint])
+    assert (entries[checkpoint].aggregate, entries[checkpoint].sequence) not in on_bus
