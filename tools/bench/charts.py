@@ -5,7 +5,10 @@ JSON (.bench/*.png) and to docs/images/, where docs/performance.md and the READM
   shard as soon as a function writes, sooner than Lambda's 4 reads a second, and is labelled so);
 - latency-distribution.png: POST → CONFIRMED and POST → notification of every order of the local
   stack's latency run (a report: the emulators' times, not AWS's);
-- cost-by-service.png: cost per million orders by AWS service, for each store and relay.
+- cost-by-service.png: cost per million orders by AWS service, for each store and relay, and for the
+  DynamoDB store with EventBridge Pipes instead of the relay (priced, not deployed);
+- relays-at-aws-latency.png: each relay's events/s per invocation, PutEvents calls per event and events
+  out of order with PutEvents answered after 20, 50 and 100 ms (tools/bench/relay_latency.py).
 Only what the run measured is drawn.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tools.bench import cost_model
+from tools.bench import cost_model, relay_latency
 
 RELAYS = ("DynamoDB\nstream relay", "PostgreSQL\npolling", "PostgreSQL\nlogical (WAL)")
 COLOURS = ("#4c72b0", "#dd8452", "#55a868")
@@ -147,9 +150,16 @@ def cost_by_service(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def cost_with_pipes(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The DynamoDB store with a pipe per table and its enrichment Lambda instead of the relay, by line
+    item: priced by the cost model for comparison, not deployed by the template (docs/performance.md)."""
+    lines = cost_model.pipes_cost_per_million_orders(results, "enrichment")
+    return {"dynamodb,\nPipe + enrichment": {name: value for name, value in lines.items() if name != "total"}}
+
+
 def write_cost_by_service(results: dict[str, Any], paths: list[Path]) -> None:
     plt = _pyplot()
-    costs = cost_by_service(results)
+    costs = {**cost_by_service(results), **cost_with_pipes(results)}
     named = dict.fromkeys(name for lines in costs.values() for name in lines)  # every item once, in order
     services = [name for name in named if any(lines.get(name, 0.0) > 0 for lines in costs.values())]
     fig, axis = plt.subplots(figsize=(9, 4.6), layout="constrained")
@@ -162,9 +172,10 @@ def write_cost_by_service(results: dict[str, Any], paths: list[Path]) -> None:
     for position, total in enumerate(bottoms):
         axis.annotate(f"${total:,.2f}", (position, total), ha="center", va="bottom")
     axis.set_ylabel("$ per million orders (variable)")
-    axis.set_title(
-        "cost per million orders by service, us-east-1 list prices (postgres adds "
-        f"${sum(cost_model.postgres_fixed_per_month().values()):,.2f} a month)",
+    axis.set_title(  # \$: a second dollar sign would open matplotlib's mathtext
+        "cost per million orders by service, us-east-1 list prices\nfixed a month on top: postgres "
+        f"\\${sum(cost_model.postgres_fixed_per_month().values()):,.2f}, the pipes' stream reads "
+        f"\\${sum(cost_model.pipes_fixed_per_month().values()):,.2f}",
         fontsize=10,
     )
     axis.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
@@ -241,3 +252,70 @@ def relay_comparison_markdown(results: dict[str, Any]) -> str:
         ),
     ]
     return "\n".join(rows)
+
+
+def write_relays_at_aws_latency(results: dict[str, Any], paths: list[Path]) -> None:
+    """The relays at AWS latency (tools/bench/relay_latency.py): each relay's events/s per invocation,
+    PutEvents calls per event and events out of order, at each latency the bus answered PutEvents after;
+    the targets drawn dashed (events/s at 50 ms, calls per event at every latency)."""
+    plt = _pyplot()
+    measured = results["relays_at_aws_latency"]
+    latencies = sorted({row["putevents_ms"] for rows in measured.values() for row in rows})
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
+    panels = (
+        ("events/s, one relay invocation", "events_per_s", "{:,.0f}"),
+        ("PutEvents calls per event", "calls_per_event", "{:.3f}"),
+        ("events out of per-order sequence", "out_of_order", "{:d}"),
+    )
+    width = 0.8 / len(RELAYS)
+
+    def offsets(index: int) -> list[float]:
+        return [position + (index - (len(RELAYS) - 1) / 2) * width for position in range(len(latencies))]
+
+    for axis, (title, key, label) in zip(axes, panels, strict=True):
+        for index, (relay, name, colour) in enumerate(
+            zip(relay_latency.RELAYS, RELAYS, COLOURS, strict=True)
+        ):
+            rows = {row["putevents_ms"]: row for row in measured.get(relay, [])}
+            values = [rows[ms][key] if ms in rows else None for ms in latencies]
+            bars = axis.bar(
+                offsets(index),
+                [value or 0 for value in values],
+                width,
+                color=colour,
+                label=name.replace("\n", " "),
+            )
+            for bar, value in zip(bars, values, strict=True):
+                text = label.format(value) if value is not None else "n/a"
+                axis.annotate(
+                    text,
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+        axis.set_title(title, fontsize=10)
+        axis.set_xticks(range(len(latencies)), [f"{ms} ms" for ms in latencies])
+        axis.set_xlabel("PutEvents answered after")
+        axis.margins(y=0.2)
+    if relay_latency.TARGET_LATENCY_MS in latencies:  # events/s targets: one dashed line per value
+        at = latencies.index(relay_latency.TARGET_LATENCY_MS)
+        for target in sorted(set(relay_latency.TARGET_EVENTS_PER_S.values())):
+            held = [
+                i
+                for i, r in enumerate(relay_latency.RELAYS)
+                if relay_latency.TARGET_EVENTS_PER_S[r] == target
+            ]
+            left, right = offsets(held[0])[at] - width / 2, offsets(held[-1])[at] + width / 2
+            axes[0].plot([left, right], [target, target], color="black", linestyle="--", linewidth=1)
+            axes[0].annotate(f"target {target:,} ", (left, target), ha="right", va="center", fontsize=7)
+    axes[1].axhline(relay_latency.TARGET_CALLS_PER_EVENT, color="black", linestyle="--", linewidth=0.8)
+    worst = max((row["out_of_order"] for rows in measured.values() for row in rows), default=0)
+    axes[2].set_ylim(0, max(1, worst * 1.3))
+    axes[2].legend(loc="upper right", fontsize=8)
+    fig.suptitle(
+        f"make bench {results['date'][:10]}: the three relays at AWS latency, each relay's code on its real "
+        "source (dashed: the targets)",
+        fontsize=11,
+    )
+    _save(fig, paths)

@@ -3,7 +3,8 @@
     python -m tools.bench.cost_model            # reads .bench/latest.json, prints a markdown table
 
 Prices: public us-east-1 list prices as published on the AWS pricing pages, read 2026-11-21
-(on-demand, no free tier, arm64 Lambda). Change PRICES when they change.
+(on-demand, no free tier, arm64 Lambda). Change PRICES when they change. Beside the deployed relays it
+prices EventBridge Pipes as the DynamoDB store's relay (PIPES_PRICES, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -162,16 +163,116 @@ def break_even_orders_per_month(bench: dict[str, Any], relay: str = "polling") -
     return sum(postgres_fixed_per_month().values()) / saving * 1_000_000
 
 
+# --- EventBridge Pipes instead of the relay (OrderStore=dynamodb; priced for comparison, not deployed) -----
+# A pipe per table: the stream, the relay's FilterCriteria (outbox items only), an optional enrichment, the
+# bus as the target; no relay Lambda. Sources (docs/performance.md, "EventBridge Pipes as the relay"):
+# - $0.40 per million requests after filtering, each 64 KB chunk of payload a request (EventBridge pricing
+#   page). Whether a batch of stream records is one request or one per record the pages read do not say:
+#   one per record (an outbox record is ~1-2 KB), the upper reading; PIPE_BATCH_READING is the other.
+# - An event-bus target takes at most 10 records a batch, and a pipe cannot have a larger batch size than
+#   its target takes (user guide, eb-pipes-batching-concurrency): one PutEvents of <= 10 entries a batch.
+#   The bus charges per event, not per call: the EventBridge line is the relay's.
+# - Stream reads: free for Lambda only, "calls made by consumers of any other kind are charged" (DynamoDB
+#   developer guide, CostOptimization_StreamsUsage); a pipe polls each shard 4 times a second
+#   (eb-pipes-dynamodb), idle or not: a month per shard, not a cost per order.
+# - Enrichment (variant "enrichment"): a Lambda that turns each record's NewImage into the CloudEvents
+#   envelope the relay publishes (an input transformer cannot: it inserts a string attribute as a string,
+#   and parses JSON only in SQS bodies, Kinesis/MQ data and Kafka keys/values: eb-pipes-input-transformation).
+#   Invoked once per batch of 10 (full batches, as the relay's row assumes); its CPU per event is taken
+#   as the relay's measured one, an upper bound: it makes no PutEvents call.
+PIPES_PRICES = {
+    "pipes_request_per_million": 0.40,
+    "dynamodb_streams_read_request_per_million": 0.20,  # $0.02 per 100,000 GetRecords calls
+}
+PIPE_VARIANTS = ("transformer", "enrichment")
+PIPE_BUS_BATCH = 10
+PIPE_REQUESTS_PER_EVENT = 1.0  # one request per record after filtering
+PIPE_BATCH_READING = 1 / PIPE_BUS_BATCH  # one request per batch of 10 records (one 64 KB chunk)
+PIPE_POLLS_PER_SHARD_SECOND = 4
+STREAM_SHARDS = 2  # OrdersTable's and InventoryTable's streams, at least one shard each
+
+
+def _lambda_duration(seconds_per_order: float) -> float:
+    """Lambda duration of 1 million orders at `seconds_per_order` (arm64, MEMORY_GB)."""
+    return 1_000_000 * MEMORY_GB * PRICES["lambda_arm64_gb_second"] * seconds_per_order
+
+
+def pipes_cost_per_million_orders(
+    bench: dict[str, Any], variant: str = "enrichment", requests_per_event: float = PIPE_REQUESTS_PER_EVENT
+) -> dict[str, float]:
+    """The variable cost of 1 million orders on the DynamoDB store with a pipe per table as the relay:
+    the relay's invocations and duration go, the pipes' requests come (and, with `variant` "enrichment",
+    the enrichment Lambda's invocations and duration)."""
+    if variant not in PIPE_VARIANTS:
+        raise ValueError(f"variant must be one of {PIPE_VARIANTS}, not {variant!r}")
+    lines = dict(cost_per_million_orders(bench, "ours"))
+    del lines["total"]
+    relay = bench["relay"]["ours"]
+    enrichment_invocations = EVENTS_PER_ORDER / PIPE_BUS_BATCH if variant == "enrichment" else 0.0
+    lines["Lambda requests"] += PRICES["lambda_request_per_million"] * (
+        enrichment_invocations - relay["invocations_per_order_full_batches"]
+    )
+    if variant == "transformer":  # the enrichment's duration is taken as the relay's: unchanged then
+        relay_seconds = relay["cpu_ms_per_1000_events"] / 1000 * EVENTS_PER_ORDER / 1000
+        lines["Lambda duration"] -= _lambda_duration(relay_seconds)
+    lines["EventBridge Pipes"] = (
+        PIPES_PRICES["pipes_request_per_million"] * requests_per_event * EVENTS_PER_ORDER
+    )
+    lines["total"] = sum(lines.values())
+    return lines
+
+
+def pipes_fixed_per_month(shards: int = STREAM_SHARDS) -> dict[str, float]:
+    """What the pipes cost a month whatever the orders: their polling of every shard (the relay's is free)."""
+    reads = shards * PIPE_POLLS_PER_SHARD_SECOND * 3600 * HOURS_PER_MONTH
+    return {
+        "DynamoDB Streams reads (pipes polling)": reads
+        / 1_000_000
+        * PIPES_PRICES["dynamodb_streams_read_request_per_million"]
+    }
+
+
+def render_relays(bench: dict[str, Any]) -> list[str]:
+    """The DynamoDB store's relays side by side: this project's, the naive baseline, and a pipe per table
+    with an input transformer only (not equivalent: see the note) or with an enrichment Lambda."""
+    columns = {
+        "stream relay (this project)": cost_per_million_orders(bench, "ours"),
+        "baseline relay": cost_per_million_orders(bench, "baseline"),
+        "Pipe, input transformer": pipes_cost_per_million_orders(bench, "transformer"),
+        "Pipe + enrichment Lambda": pipes_cost_per_million_orders(bench, "enrichment"),
+    }
+    names = list(dict.fromkeys(name for lines in columns.values() for name in lines))
+    names.remove("total")
+    rows = [
+        f"| {name} | " + " | ".join(f"${lines.get(name, 0.0):,.2f}" for lines in columns.values()) + " |"
+        for name in names
+    ]
+    totals = " | ".join(f"**${lines['total']:,.2f}**" for lines in columns.values())
+    rows.append(f"| **variable, per million orders** | {totals} |")
+    fixed = sum(pipes_fixed_per_month().values())
+    month = f"${fixed:,.2f}"
+    rows.append(
+        f"| **fixed, per month** ({STREAM_SHARDS} stream shards) | $0.00 | $0.00 | {month} | {month} |"
+    )
+    batch = pipes_cost_per_million_orders(bench, "enrichment", PIPE_BATCH_READING)
+    return [
+        "| Item | " + " | ".join(columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+        *rows,
+        "",
+        "The input transformer alone cannot publish the relay's envelope (the detail would carry it as a "
+        "JSON string): a floor, not an equivalent.",
+        f"Pipes requests at one per record after filtering; if a batch of {PIPE_BUS_BATCH} records is one "
+        f"request, EventBridge Pipes costs ${batch['EventBridge Pipes']:,.2f} and the enriched pipe "
+        f"${batch['total']:,.2f} per million orders.",
+    ]
+
+
 def render(bench: dict[str, Any]) -> str:
-    ours = cost_per_million_orders(bench, "ours")
-    baseline = cost_per_million_orders(bench, "baseline")
-    rows = [f"| {name} | ${ours[name]:,.2f} | ${baseline[name]:,.2f} |" for name in ours]
     lines = [
         f"Per 1 million orders (us-east-1 list prices of {PRICES_DATE}, from `.bench/latest.json`):",
         "",
-        "| Item | This project | Baseline relay |",
-        "| --- | ---: | ---: |",
-        *rows,
+        *render_relays(bench),
     ]
     if "postgres_relays" in bench:
         lines += ["", *render_order_stores(bench)]

@@ -11,7 +11,7 @@ from tools.bench.__main__ import TARGETS, _render_capacity, parts_to_run
 
 
 def test_the_capacity_ramp_is_not_a_default_part() -> None:
-    assert parts_to_run({}) == {"stack", "relay", "cold_start"}
+    assert parts_to_run({}) == {"stack", "relay", "relay_latency", "cold_start"}
 
 
 def test_the_capacity_ramp_runs_when_asked_for() -> None:
@@ -29,8 +29,13 @@ def test_no_target_reads_the_local_stack() -> None:
     # reports (they time the emulator), so results without them still decide every target.
     aws_side_only = {
         "relay": {"ours": {"put_events_calls_per_event": 0.1}, "speedup_events_per_second": 6},
-        "write_cost": {"wcu_per_confirmed_order": 38},
+        "write_cost": {"wcu_per_confirmed_order": 30},
+        "cost_per_million_orders": {"ours": {"total": 29.0}},
         "cold_start": {"subjects": {"import boto3": {}, "F": {"ratio_to_boto3_with_pyc": 1.2}}},
+        "relays_at_aws_latency": {
+            relay: [{"putevents_ms": 50, "events_per_s": 3000, "calls_per_event": 0.1, "out_of_order": 0}]
+            for relay in ("stream", "polling", "logical")
+        },
     }
     assert all(check(aws_side_only) for check in TARGETS.values())
 
