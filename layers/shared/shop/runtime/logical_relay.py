@@ -64,7 +64,9 @@ from shop.domain.publishing import OutboxPublisher, interleave_orders
 from shop.runtime.observability import logger, metrics
 from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park
 
-MAX_CHANGES_PER_ROUND = 500  # pgoutput messages (a transaction's Begin, rows, Commit): whole transactions
+# pgoutput messages (a transaction's Begin, rows, Commit) a round reads, whole transactions: at 500 a
+# round's rows kept too few calls in flight at AWS's latency (docs/performance.md, "Relays at AWS latency").
+MAX_CHANGES_PER_ROUND = 5000
 ROUND_SECONDS = 15.0  # a round's share of the invocation, at most (the publisher runs 70 s)
 ROUND_RESERVE_SECONDS = 2.0  # and never into the invocation's last seconds
 READ_SHARE = 0.5  # of the round's time, for its read of the slot (statement_timeout)
