@@ -72,12 +72,18 @@ TARGETS: dict[str, Check] = {
     "cost per million orders (DynamoDB) <= $30": lambda r: (
         r["cost_per_million_orders"]["ours"]["total"] <= 30
     ),
-    # The default store's functions; OrderStore=postgres ones (labelled) are reported beside them: the
-    # PostgreSQL driver is part of their import, and no target was set for them (docs/performance.md).
-    "cold start <= 1.3x import boto3 (with .pyc)": lambda r: all(
-        s["ratio_to_boto3_with_pyc"] <= 1.3
+    # Cold start, as tools/bench/cold_start.py measures it (the ratio in one interpreter, median of fresh
+    # interpreters): met only when the median's 95% interval is at or under the target (`meets_target`),
+    # so a busy machine cannot flip the verdict. The default store's functions, then OrderStore=postgres's.
+    "cold start <= 1.2x import boto3, default store (with .pyc)": lambda r: all(
+        s["meets_target"]
         for n, s in r["cold_start"]["subjects"].items()
-        if n != "import boto3" and not n.endswith(cold_start.POSTGRES_LABEL)
+        if n != cold_start.BOTO3 and not n.endswith(cold_start.POSTGRES_LABEL)
+    ),
+    "cold start <= 1.3x import boto3, PostgreSQL variants (with .pyc)": lambda r: all(
+        s["meets_target"]
+        for n, s in r["cold_start"]["subjects"].items()
+        if n.endswith(cold_start.POSTGRES_LABEL)
     ),
     # Relays at AWS latency (issue 35; the figures in tools/bench/relay_latency.py): one relay invocation
     # with every PutEvents answered after 50 ms. A stream shard's partition writes about 110 outbox items a
@@ -205,7 +211,7 @@ def main() -> int:
         print("4/4 cold start of the built artefacts ...", flush=True)
         host_build = build_for_host(OUT_DIR / "host-build")
         results["cold_start"] = cold_start.run(
-            host_build, OUT_DIR / "cold-start", _env_int("BENCH_SAMPLES", 7)
+            host_build, OUT_DIR / "cold-start", _env_int("BENCH_SAMPLES", cold_start.SAMPLES)
         )
 
     if {"relay", "cold_start"} <= parts:
@@ -320,11 +326,16 @@ def render(results: dict[str, Any]) -> str:
     if "capacity" in results:
         lines += ["", *_render_capacity(results["capacity"])]
     if "cold_start" in results:
-        lines += ["", "cold start (median ms)            no .pyc   with .pyc   ratio vs boto3 (.pyc)"]
+        lines += [
+            "",
+            "cold start (median ms)            no .pyc   with .pyc   ratio vs boto3 (.pyc)   95% interval",
+        ]
         for name, figures in results["cold_start"]["subjects"].items():
+            interval = figures.get("ratio_ci95_with_pyc")
+            shown = f"{interval[0]:.3f}-{interval[1]:.3f}" if interval else ""
             lines.append(
                 f"  {name:<28} {figures['no_pyc_ms']:>8.0f} {figures['with_pyc_ms']:>10.0f} "
-                f"{figures['ratio_to_boto3_with_pyc']:>12.2f}"
+                f"{figures['ratio_to_boto3_with_pyc']:>12.3f}   {shown:>14}"
             )
     if "write_cost" in results:
         cost = results["write_cost"]
