@@ -96,7 +96,7 @@ def test_25_outbox_records_take_3_put_events_calls_and_all_arrive(faulty_bus, bu
     failures = relay(invoke, batch)
 
     assert failures == []
-    assert [len(call) for call in faulty_bus.calls] == [10, 10, 5]
+    assert sorted(len(call) for call in faulty_bus.calls) == [5, 10, 10]  # in flight together: any order
     on_bus = bus()
     assert sorted(e["detail"]["id"] for e in on_bus) == sorted(event_id(r) for r in batch)
     first = next(e for e in on_bus if e["detail"]["id"] == event_id(batch[0]))
@@ -222,7 +222,9 @@ def test_one_poison_in_a_full_batch_of_100_parks_it_and_publishes_the_99(
     )
     assert [p["eventId"] for p in poison_queue()] == [event_id(batch[2])]
     # The 2 events before the poison go out before it is parked, the 97 after it only then: 1 + 10 calls
-    assert [len(call) for call in faulty_bus.calls] == [2] + [10] * 9 + [7]
+    # (those 10 in flight together, so they may arrive in any order)
+    assert len(faulty_bus.calls[0]) == 2
+    assert sorted(len(call) for call in faulty_bus.calls[1:]) == [7] + [10] * 9
 
 
 def test_a_poison_record_after_the_checkpoint_is_parked_only_when_redelivered(
