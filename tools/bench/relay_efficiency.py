@@ -8,7 +8,6 @@ their order items, request keys and status updates interleaved with the outbox i
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
@@ -24,6 +23,7 @@ from typing import Any
 import boto3
 
 from tools.bench.baseline_relay import baseline_handler
+from tools.bench.function_modules import load_function
 from tools.local.runtime.context import LambdaContext
 from tools.template import ROOT, Template
 
@@ -101,17 +101,6 @@ def stream_records(min_events: int, seed: int = 7) -> tuple[list[dict[str, Any]]
     return [_record(n, name, image) for n, (_, name, image) in enumerate(changes)], orders
 
 
-def _load_relay_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_relay_app", ROOT / "functions" / "outbox_relay" / "app.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _passes_filter(record: dict[str, Any]) -> bool:
     # The template's FilterCriteria: NewImage.SK starts with OUTBOX# (checked by the relay tests).
     return bool(record["dynamodb"].get("NewImage", {}).get("SK", {}).get("S", "").startswith("OUTBOX#"))
@@ -151,7 +140,7 @@ def run(moto_url: str, min_events: int, batch_size: int) -> dict[str, Any]:
     outbox = [r for r in records if _passes_filter(r)]
     events = len(outbox)
     decode_outbox_image(outbox[0]["dynamodb"]["NewImage"], 262144)  # sanity: the records are valid
-    relay = _load_relay_module()
+    relay = load_function("outbox_relay", "relay")
 
     ours_calls = _count_calls(aws.events())
     baseline_client = boto3.client("events", endpoint_url=moto_url)

@@ -44,7 +44,6 @@ invocations (stream) or rounds (PostgreSQL). Every event written must reach the 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -67,12 +66,13 @@ from shop.runtime import config, invocation
 from shop.runtime.observability import logger
 from shop.runtime.outbox_publishing import PublishOutcome
 from shop.runtime.wiring import order_database
+from tools.bench.function_modules import load_function
 from tools.bench.latency_bus import LatencyBus
 from tools.bench.postgres_relays import _confirm, _place
 from tools.bench.relay_latency_stream import StreamRelay, quiet
 from tools.local.runtime.context import LambdaContext
 from tools.local.services.order_database import EmbeddedPostgres
-from tools.template import ROOT, Template
+from tools.template import Template
 
 LATENCIES_MS = (20, 50, 100)
 RELAYS = ("stream", "polling", "logical")
@@ -200,7 +200,7 @@ def _stream(
     records = relay.outbox_records()
     if len(records) != written:
         raise AssertionError(f"{len(records)} outbox records in the stream for {written} events written")
-    handler = load_function("outbox_relay").lambda_handler
+    handler = load_function("outbox_relay", "latency").lambda_handler
     out = []
     for latency in latencies:
         bus.reset()
@@ -220,18 +220,6 @@ def _stream(
             )
         )
     return out
-
-
-def load_function(name: str) -> Any:
-    """A function's app module (functions/<name>/app.py), loaded afresh: its own cached publisher."""
-    spec = importlib.util.spec_from_file_location(
-        f"bench_latency_{name}", ROOT / "functions" / name / "app.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def drain(run_round: Callable[[], PublishOutcome[OutboxRow]]) -> tuple[int, int, float, float]:
@@ -294,7 +282,7 @@ def _postgres(
         writers = [Database(connection) for _ in range(WRITERS)]
         # The deployed function's round (functions/outbox_publisher/app.py): the configured relay's round
         # on the function's database connection, with its publisher, and its publish logs.
-        publish_round = load_function("outbox_publisher").publish_round
+        publish_round = load_function("outbox_publisher", "latency").publish_round
         timeout = template.function(PUBLISHER_FUNCTION).timeout
 
         def run_round() -> PublishOutcome[OutboxRow]:

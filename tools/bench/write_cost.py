@@ -19,7 +19,6 @@ Lambda sets under active tracing (it is written into every outbox item).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
@@ -32,6 +31,7 @@ from typing import Any
 
 import boto3
 
+from tools.bench.function_modules import load_function
 from tools.local.runtime.context import LambdaContext
 from tools.template import ROOT, Template
 
@@ -222,17 +222,6 @@ class DynamoMeter:
         self.writes = []
 
 
-def _load(function: str) -> Any:
-    spec = importlib.util.spec_from_file_location(
-        f"bench_{function}", ROOT / "functions" / function / "app.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _sqs_event(envelopes: list[dict[str, Any]]) -> dict[str, Any]:
     records = []
     for envelope in envelopes:
@@ -369,7 +358,7 @@ def run(dynamodb_url: str, moto_url: str, orders: int) -> dict[str, Any]:
         ("order_status_consumer", "InventoryTable", "InventoryReserved"),
         ("notification_consumer", "OrdersTable", "OrderConfirmed"),
     ):
-        handler = _load(function)
+        handler = load_function(function, "write_cost")
         envelopes = _outbox(names[source_table], event_type)
         meter.reset()
         for start in range(0, len(envelopes), 10):
