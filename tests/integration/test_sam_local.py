@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import SAMPLE_EVENTS
-from tests.support.sam_local import NO_CONTAINER_RUNTIME, SamRun, recording_sam
+from tests.support.sam_local import NO_CONTAINER_RUNTIME, SamRun, Service, recording_sam
 from tools.template import ROOT, Template
 
 SAM = str(Path(sys.executable).with_name("sam"))
@@ -131,13 +131,19 @@ def test_sam_local_invoke_refuses_an_unknown_function(sam: Callable[[list[str]],
     assert "NoSuchFunction not found" in str(run.error)
 
 
+def started_service(sam: Callable[[list[str]], SamRun], command: str, store: str) -> Service:
+    """The one service `sam local <command>` starts on the store's template (it must start without error)."""
+    run = sam(["local", command, *STORES[store]])
+    assert run.error is None, repr(run.error)
+    [service] = run.services
+    return service
+
+
 @pytest.mark.parametrize("store", STORES)
 def test_sam_local_start_api_mounts_every_route_of_the_api(
     store: str, templates: dict[str, Template], sam: Callable[[list[str]], SamRun]
 ):
-    run = sam(["local", "start-api", *STORES[store]])
-    assert run.error is None, repr(run.error)
-    [service] = run.services
+    service = started_service(sam, "start-api", store)
     expected = {
         (name, props["Path"], (props["Method"].upper(),))
         for name, spec in templates[store].functions().items()
@@ -151,7 +157,5 @@ def test_sam_local_start_api_mounts_every_route_of_the_api(
 def test_sam_local_start_lambda_serves_every_function(
     store: str, templates: dict[str, Template], sam: Callable[[list[str]], SamRun]
 ):
-    run = sam(["local", "start-lambda", *STORES[store]])
-    assert run.error is None, repr(run.error)
-    [service] = run.services
+    service = started_service(sam, "start-lambda", store)
     assert set(service.functions) == set(templates[store].functions())

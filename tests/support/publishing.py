@@ -1,6 +1,6 @@
 """What the publishers' tests (polling and logical) share: a bus that records what PutEvents accepted, in
-order, and can throttle, reject or crash; a poison sink in a list; an order's next events; and the check
-that each order's events reached the bus in sequence."""
+order, and can throttle, reject or crash; a poison sink in a list; one round of each publisher; an order's
+next events; and the check that each order's events reached the bus in sequence."""
 
 from __future__ import annotations
 
@@ -14,9 +14,13 @@ from typing import Any
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.postgres.connection import Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
+from shop.adapters.postgres.outbox import OutboxRow
 from shop.domain.orders import OrderService, OrderStatus
 from shop.domain.poison import PoisonRecord
 from shop.runtime.config import Settings
+from shop.runtime.logical_relay import MAX_CHANGES_PER_ROUND, relay_slot_round
+from shop.runtime.outbox_publishing import PublishOutcome
+from shop.runtime.polling_publisher import MAX_ORDERS_PER_ROUND, publish_pending_round
 
 SETTINGS = Settings.from_env({})
 
@@ -92,6 +96,41 @@ def publisher() -> EventPublisher:
         SETTINGS.max_event_bytes,
         max_in_flight=SETTINGS.publish_concurrency,
         sleep=lambda _: None,
+    )
+
+
+def logical_round(
+    database: Database, slot: str, sink: ListSink | None = None, max_changes: int = MAX_CHANGES_PER_ROUND
+) -> PublishOutcome[OutboxRow]:
+    """One round of the logical relay on `slot` with publisher(), parking in `sink` (a fresh one unless
+    given): what the publisher function runs, without the function."""
+    return relay_slot_round(
+        database,
+        publisher(),
+        sink if sink is not None else ListSink(),
+        slot=slot,
+        max_event_bytes=SETTINGS.max_event_bytes,
+        max_changes=max_changes,
+    )
+
+
+def drain_slot(database: Database, slot: str, sink: ListSink | None = None) -> None:
+    """Logical relay rounds until one reads nothing and says nothing more is ready."""
+    while (outcome := logical_round(database, slot, sink)).taken or outcome.backlog:
+        pass
+
+
+def polling_round(
+    database: Database, sink: ListSink | None = None, max_orders: int = MAX_ORDERS_PER_ROUND
+) -> PublishOutcome[OutboxRow]:
+    """One round of the polling publisher with publisher(), parking in `sink` (a fresh one unless given):
+    what the publisher function runs, without the function."""
+    return publish_pending_round(
+        database,
+        publisher(),
+        sink if sink is not None else ListSink(),
+        max_event_bytes=SETTINGS.max_event_bytes,
+        max_orders=max_orders,
     )
 
 

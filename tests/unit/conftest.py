@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import boto3
@@ -13,6 +14,7 @@ from pytest_socket import disable_socket, enable_socket
 
 from shop.adapters.postgres.connection import ConnectionSettings
 from tests.conftest import reset_process_state
+from tests.support.lambda_client import LambdaStub, install_lambda_stub
 from tests.support.publishing import RecordingBus
 from tools.template import Template
 
@@ -48,6 +50,18 @@ def postgres_environment(order_database: ConnectionSettings) -> dict[str, str]:
         "DATABASE_PORT": str(order_database.port),
         "DATABASE_NAME": order_database.dbname,
         "DATABASE_USER": order_database.user,
+    }
+
+
+def order_store_environment(order_database: ConnectionSettings, template: Template) -> dict[str, str]:
+    """The PostgreSQL order store functions' variables as the template will give them (they are not in
+    it yet): the test's database, the template's bus and relay poison queue."""
+    return {
+        **postgres_environment(order_database),
+        "EVENT_BUS_NAME": template.physical_name("EventBus"),
+        "RELAY_POISON_QUEUE_URL": template.function("OutboxRelayFunction").environment[
+            "RELAY_POISON_QUEUE_URL"
+        ],
     }
 
 
@@ -109,3 +123,10 @@ def recording_bus(monkeypatch: pytest.MonkeyPatch) -> RecordingBus:
     recording = RecordingBus()
     monkeypatch.setattr(aws_clients, "events", lambda: recording)
     return recording
+
+
+@pytest.fixture
+def lambda_stub(monkeypatch: pytest.MonkeyPatch) -> Callable[..., LambdaStub]:
+    """lambda_stub(answer, function_error=False): the operator's commands invoke a stub answering `answer`
+    instead of the maintenance function (tests/support/lambda_client.py); returns the stub."""
+    return partial(install_lambda_stub, monkeypatch)

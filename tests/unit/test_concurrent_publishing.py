@@ -18,27 +18,12 @@ import shop.adapters.aws
 from shop.adapters.eventbridge import EventPublisher
 from shop.domain.outbox import OutboxEntry
 from shop.domain.publishing import ChunkSchedule, ordered_chunks
-
-
-def entry(order: str, sequence: int) -> OutboxEntry:
-    detail = json.dumps({"id": f"{order}-{sequence}", "subject": order, "sequence": sequence})
-    return OutboxEntry(
-        event_id=f"{order}-{sequence}",
-        source="shop.orders",
-        detail_type="OrderCreated",
-        detail=detail,
-        aggregate=order,
-        sequence=sequence,
-        occurred_at="2026-11-26T00:00:00.000Z",
-        correlation_id="corr",
-        trace_header=None,
-        size=len(detail) + 40,
-    )
+from tests.support.outbox_entries import order_entry
 
 
 def interleaved(orders: int, events_per_order: int) -> list[OutboxEntry]:
     """Every order's first event, then every order's second... (the relays' publishing order)."""
-    return [entry(f"o{o:03d}", s) for s in range(1, events_per_order + 1) for o in range(orders)]
+    return [order_entry(f"o{o:03d}", s) for s in range(1, events_per_order + 1) for o in range(orders)]
 
 
 class SlowBus:
@@ -99,7 +84,7 @@ def publisher(in_flight: int) -> EventPublisher:
 
 # --- which chunks may be in flight together -----------------------------------------------------------
 def test_a_chunk_waits_for_the_chunk_with_its_orders_earlier_event_and_others_go_at_once():
-    entries = [entry("a", 1), entry("b", 1), entry("c", 1), entry("a", 2)]
+    entries = [order_entry("a", 1), order_entry("b", 1), order_entry("c", 1), order_entry("a", 2)]
     schedule = ChunkSchedule(entries, [range(0, 1), range(1, 2), range(2, 3), range(3, 4)])
 
     assert schedule.ready(10) == [0, 1, 2]  # a's second event waits for its first
@@ -110,7 +95,13 @@ def test_a_chunk_waits_for_the_chunk_with_its_orders_earlier_event_and_others_go
 
 
 def test_after_a_failure_nothing_later_is_sent_but_earlier_chunks_still_are_and_the_checkpoint_is_exact():
-    entries = [entry("a", 1), entry("b", 1), entry("a", 2), entry("c", 1), entry("d", 1)]
+    entries = [
+        order_entry("a", 1),
+        order_entry("b", 1),
+        order_entry("a", 2),
+        order_entry("c", 1),
+        order_entry("d", 1),
+    ]
     schedule = ChunkSchedule(entries, [range(n, n + 1) for n in range(5)])
     assert schedule.ready(10) == [0, 1, 3, 4]
 
@@ -125,7 +116,7 @@ def test_after_a_failure_nothing_later_is_sent_but_earlier_chunks_still_are_and_
 
 
 def test_a_chunk_waiting_on_a_failed_chunk_is_never_sent_and_holds_the_checkpoint():
-    entries = [entry("a", 1), entry("b", 1), entry("a", 2)]
+    entries = [order_entry("a", 1), order_entry("b", 1), order_entry("a", 2)]
     schedule = ChunkSchedule(entries, [range(0, 1), range(1, 2), range(2, 3)])
     assert schedule.ready(1) == [0]
     schedule.settle(0, failed_at=0)

@@ -5,6 +5,7 @@ records PutEvents)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -26,6 +27,7 @@ from tests.support.publishing import (
     RecordingBus,
     advance,
     assert_each_order_in_sequence,
+    logical_round,
     publisher,
 )
 
@@ -44,14 +46,7 @@ def slot(order_database: ConnectionSettings) -> Iterator[str]:
 def relay_round(
     database: Database, sink: ListSink | None = None, max_changes: int = 500
 ) -> PublishOutcome[OutboxRow]:
-    return relay_slot_round(
-        database,
-        publisher(),
-        sink if sink is not None else ListSink(),
-        slot=SLOT,
-        max_event_bytes=SETTINGS.max_event_bytes,
-        max_changes=max_changes,
-    )
+    return logical_round(database, SLOT, sink, max_changes)
 
 
 def drain(database: Database, sink: ListSink | None = None, max_changes: int = 500) -> int:
@@ -101,6 +96,37 @@ def write_raw_row(connection: psycopg.Connection, event_id: str, order_id: str, 
         " VALUES (%s, %s, 1, 'OrderNoted', %s)",
         (event_id, order_id, envelope),
     )
+
+
+@contextmanager
+def crash_after_the_advance(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Inside the block, the relay dies (RuntimeError) after advancing the slot, before its COMMIT: the
+    advance is not transactional, so the slot has moved and the round's transaction rolls back."""
+    real_advance = replication.advance_slot
+
+    def advance_then_crash(*args: Any) -> bool:
+        real_advance(*args)
+        raise RuntimeError("the relay crashed after the slot advance, before COMMIT")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(logical_relay, "advance_slot", advance_then_crash)
+        yield
+
+
+def write_poison_then_event(
+    settings: ConnectionSettings, poison_id: str, envelope: str, order_id: str
+) -> None:
+    """A poison row of order-p, then `order_id`'s first event in a transaction of its own after it."""
+    with connect(settings) as connection:
+        write_raw_row(connection, poison_id, "order-p", envelope)
+        with connection.transaction():
+            write_events(connection, [event(order_id, 1)])
+
+
+def parked_event_ids(settings: ConnectionSettings) -> list[tuple[Any, ...]]:
+    """The outbox rows marked parked, as (event_id,) rows."""
+    with connect(settings) as connection:
+        return connection.execute("SELECT event_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
 
 
 def test_every_committed_event_reaches_the_bus_once_in_sequence_and_the_slot_moves_past_it(
@@ -245,16 +271,9 @@ def test_a_crash_after_the_advance_loses_nothing_and_repeats_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ):
     orders = place_orders(database, 8)
-    real_advance = replication.advance_slot
 
-    def advance_then_crash(*args: Any) -> bool:
-        real_advance(*args)
-        raise RuntimeError("the relay crashed after the slot advance, before COMMIT")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(logical_relay, "advance_slot", advance_then_crash)
-        with pytest.raises(RuntimeError):
-            relay_round(database)
+    with crash_after_the_advance(monkeypatch), pytest.raises(RuntimeError):
+        relay_round(database)
 
     assert pending_in_slot(order_database) == 0
     assert drain(database) == 0
@@ -264,10 +283,7 @@ def test_a_crash_after_the_advance_loses_nothing_and_repeats_nothing(
 def test_a_poison_row_is_parked_whole_and_the_slot_moves_past_it(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
-    with connect(order_database) as connection:
-        write_raw_row(connection, "poison-1", "order-p", '{"not": "a cloudevent"}')
-        with connection.transaction():
-            write_events(connection, [event("order-q", 1)])
+    write_poison_then_event(order_database, "poison-1", '{"not": "a cloudevent"}', "order-q")
     sink = ListSink()
 
     drain(database, sink)
@@ -276,9 +292,7 @@ def test_a_poison_row_is_parked_whole_and_the_slot_moves_past_it(
     assert sink.parked[0].image["envelope"] == '{"not": "a cloudevent"}'
     assert recording_bus.sequences_by_order() == {"order-q": [1]}
     assert pending_in_slot(order_database) == 0
-    with connect(order_database) as connection:
-        parked = connection.execute("SELECT event_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
-    assert parked == [("poison-1",)]
+    assert parked_event_ids(order_database) == [("poison-1",)]
 
 
 def test_when_the_poison_queue_fails_the_slot_stays_before_the_poison_row(
@@ -351,22 +365,13 @@ def test_a_crash_after_an_advance_never_leaves_the_slot_past_a_poison_row_not_ma
             write_events(connection, [event("order-q", 1)])
         if not poison_first:
             write_poison(connection)
-    real_advance = replication.advance_slot
     sink = ListSink()
 
-    def advance_then_crash(*args: Any) -> bool:
-        real_advance(*args)
-        raise RuntimeError("the relay crashed after the slot advance, before COMMIT")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(logical_relay, "advance_slot", advance_then_crash)
-        with pytest.raises(RuntimeError):
-            relay_round(database, sink)
+    with crash_after_the_advance(monkeypatch), pytest.raises(RuntimeError):
+        relay_round(database, sink)
     drain(database, sink)
 
-    with connect(order_database) as connection:
-        parked = connection.execute("SELECT event_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
-    assert parked == [("poison-3",)]
+    assert parked_event_ids(order_database) == [("poison-3",)]
     assert pending_in_slot(order_database) == 0
     # Poison first: the round's only advance came after the mark's COMMIT. After an event: the round
     # advanced past the event only, crashed, and the next round parked the poison again.
@@ -377,10 +382,7 @@ def test_a_crash_after_an_advance_never_leaves_the_slot_past_a_poison_row_not_ma
 def test_a_round_that_parks_a_row_moves_the_slot_past_it_once_the_mark_is_committed(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
-    with connect(order_database) as connection:
-        write_raw_row(connection, "poison-4", "order-p", "[]")
-        with connection.transaction():
-            write_events(connection, [event("order-r", 1)])
+    write_poison_then_event(order_database, "poison-4", "[]", "order-r")
     sink = ListSink()
 
     relay_round(database, sink)
@@ -454,9 +456,7 @@ def test_a_row_read_again_after_its_parked_mark_committed_is_not_parked_or_publi
     assert pending_in_slot(order_database) == 0  # past the parked row and the event
     assert relay_round(database, sink).taken == 0
     assert recording_bus.sequences_by_order() == {"order-p": [2]}
-    with connect(order_database) as connection:
-        parked = connection.execute("SELECT event_id FROM outbox WHERE parked_at IS NOT NULL").fetchall()
-    assert parked == [("poison-7",)]
+    assert parked_event_ids(order_database) == [("poison-7",)]
 
 
 # --- rounds bounded whatever a transaction or a replay holds --------------------------------------------
@@ -767,16 +767,9 @@ def test_a_crash_after_an_advance_never_leaves_the_slot_past_a_replay_it_did_not
     drain(database)
     replay_id = replay_everything(database)
     write_orders(order_database, 2, sequence=2)  # after the message: the round advances past them too
-    real_advance = replication.advance_slot
 
-    def advance_then_crash(*args: Any) -> bool:
-        real_advance(*args)
-        raise RuntimeError("the relay crashed after the slot advance, before COMMIT")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(logical_relay, "advance_slot", advance_then_crash)
-        with pytest.raises(RuntimeError):
-            relay_slot_round(**round_options(database))
+    with crash_after_the_advance(monkeypatch), pytest.raises(RuntimeError):
+        relay_slot_round(**round_options(database))
     drain(database)
 
     assert set_progress(database, replay_id).pending_event_ids == []

@@ -11,14 +11,12 @@ at a checkpoint: wal_status = lost, invalidation_reason = idle_timeout, the stat
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import psycopg
 import pytest
 
@@ -35,12 +33,12 @@ from shop.adapters.postgres.slot_recovery import (
 )
 from shop.runtime import order_store_slot_recovery
 from shop.runtime.config import Settings
-from shop.runtime.logical_relay import relay_slot_round
 from shop.runtime.order_store_maintenance import maintain_order_store
 from shop.runtime.order_store_replay import replay_order_store
 from shop.runtime.order_store_slot_recovery import COMMIT_MARGIN, gap_start, recover_slot
 from tests.conftest import reset_process_state
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
+from tests.support.lambda_client import LambdaStub
 from tests.support.output import logged_with, metric_values
 from tests.support.postgres import connect, place_orders, use_logical_relay, use_polling_relay
 from tests.support.publishing import (
@@ -48,8 +46,10 @@ from tests.support.publishing import (
     RecordingBus,
     advance,
     assert_each_order_in_sequence,
-    publisher,
+    drain_slot,
+    logical_round,
 )
+from tests.unit.conftest import order_store_environment
 from tools.template import ROOT, FunctionSpec, Template
 
 SETTINGS = Settings.from_env(
@@ -74,18 +74,11 @@ def slot(order_database: ConnectionSettings) -> Iterator[str]:
 
 
 def relay_round(database: Database, sink: ListSink | None = None) -> Any:
-    return relay_slot_round(
-        database,
-        publisher(),
-        sink if sink is not None else ListSink(),
-        slot=SLOT,
-        max_event_bytes=SETTINGS.max_event_bytes,
-    )
+    return logical_round(database, SLOT, sink)
 
 
 def drain(database: Database) -> None:
-    while (outcome := relay_round(database)).taken or outcome.backlog:
-        pass
+    drain_slot(database, SLOT)
 
 
 def drop_slot(settings: ConnectionSettings) -> None:
@@ -562,18 +555,7 @@ def stack_slot(
 ) -> Iterator[str]:
     """The functions' environment as the template gives it with PostgresRelay=logical, and the outbox the
     logical relay's through the slot of the database they name."""
-    environment = {
-        "ORDER_STORE": "postgres",
-        "POSTGRES_RELAY": "logical",
-        "DATABASE_HOST": order_database.host,
-        "DATABASE_PORT": str(order_database.port),
-        "DATABASE_NAME": order_database.dbname,
-        "DATABASE_USER": order_database.user,
-        "EVENT_BUS_NAME": template.physical_name("EventBus"),
-        "RELAY_POISON_QUEUE_URL": template.function("OutboxRelayFunction").environment[
-            "RELAY_POISON_QUEUE_URL"
-        ],
-    }
+    environment = {**order_store_environment(order_database, template), "POSTGRES_RELAY": "logical"}
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     reset_process_state()
@@ -660,32 +642,6 @@ def test_the_maintenance_function_answers_the_parked_row_commands_and_refuses_a_
     )
     assert refused["error"]["code"] == "INVALID_PARKED_REQUEST"
     assert "health" not in redrive
-
-
-class LambdaStub:
-    def __init__(self, answer: dict[str, Any], function_error: bool = False) -> None:
-        self.answer, self.function_error = answer, function_error
-        self.requests: list[tuple[str, Any]] = []
-
-    def invoke(self, FunctionName: str, Payload: bytes) -> dict[str, Any]:
-        self.requests.append((FunctionName, json.loads(Payload)))
-        response: dict[str, Any] = {"Payload": io.BytesIO(json.dumps(self.answer).encode())}
-        if self.function_error:
-            response["FunctionError"] = "Unhandled"
-        return response
-
-
-@pytest.fixture
-def lambda_stub(monkeypatch: pytest.MonkeyPatch) -> Callable[..., LambdaStub]:
-    def install(answer: dict[str, Any], function_error: bool = False) -> LambdaStub:
-        stub = LambdaStub(answer, function_error)
-        real_client = boto3.client
-        monkeypatch.setattr(
-            boto3, "client", lambda name, *a, **k: stub if name == "lambda" else real_client(name, *a, **k)
-        )
-        return stub
-
-    return install
 
 
 def test_the_recover_slot_command_is_a_dry_run_unless_executed_and_exits_0_only_when_complete(

@@ -20,7 +20,7 @@ from tests.conftest import reset_process_state
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
 from tests.support.output import metric_values
 from tests.support.postgres import connect, place_orders
-from tests.unit.conftest import postgres_environment
+from tests.unit.conftest import order_store_environment
 from tools.template import ROOT, FunctionSpec, Template
 
 
@@ -39,14 +39,7 @@ def handler(name: str, directory: str) -> Callable[[dict[str, Any], LambdaContex
 def order_store_env(
     order_database: ConnectionSettings, template: Template, monkeypatch: pytest.MonkeyPatch, aws: None
 ) -> None:
-    environment = {
-        **postgres_environment(order_database),
-        "EVENT_BUS_NAME": template.physical_name("EventBus"),
-        "RELAY_POISON_QUEUE_URL": template.function("OutboxRelayFunction").environment[
-            "RELAY_POISON_QUEUE_URL"
-        ],
-    }
-    for name, value in environment.items():
+    for name, value in order_store_environment(order_database, template).items():
         monkeypatch.setenv(name, value)
     reset_process_state()
 

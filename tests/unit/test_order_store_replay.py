@@ -5,13 +5,11 @@ command, which reaches the database through the maintenance function (the databa
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 
 from operations.admin import main as outbox_admin
@@ -140,34 +138,6 @@ def test_a_malformed_request_changes_nothing_and_says_why(
 
 
 # --- the operator's command ----------------------------------------------------------------------------
-class LambdaStub:
-    """boto3's Lambda client as `python -m operations replay` uses it: one invoke, its answer chosen."""
-
-    def __init__(self, answer: dict[str, Any], function_error: bool = False) -> None:
-        self.answer, self.function_error = answer, function_error
-        self.requests: list[tuple[str, Any]] = []
-
-    def invoke(self, FunctionName: str, Payload: bytes) -> dict[str, Any]:
-        self.requests.append((FunctionName, json.loads(Payload)))
-        response: dict[str, Any] = {"Payload": io.BytesIO(json.dumps(self.answer).encode())}
-        if self.function_error:
-            response["FunctionError"] = "Unhandled"
-        return response
-
-
-@pytest.fixture
-def lambda_stub(monkeypatch: pytest.MonkeyPatch) -> Any:
-    def install(answer: dict[str, Any], function_error: bool = False) -> LambdaStub:
-        stub = LambdaStub(answer, function_error)
-        real_client = boto3.client
-        monkeypatch.setattr(
-            boto3, "client", lambda name, *a, **k: stub if name == "lambda" else real_client(name, *a, **k)
-        )
-        return stub
-
-    return install
-
-
 def test_the_command_asks_the_maintenance_function_and_exits_0_only_when_complete(
     lambda_stub: Any, capsys: pytest.CaptureFixture[str]
 ):

@@ -6,7 +6,6 @@ operator's commands that reach the database through the maintenance function.
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
@@ -23,16 +22,15 @@ from shop.adapters.postgres import replication
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.domain.envelope import CloudEvent
 from shop.runtime.config import Settings
-from shop.runtime.logical_relay import relay_slot_round
 from shop.runtime.order_store_maintenance import maintain_order_store
 from shop.runtime.order_store_poison import (
     ParkedRequestError,
     discard_parked_rows,
     redrive_parked_rows,
 )
-from shop.runtime.polling_publisher import publish_pending_round
+from tests.support.lambda_client import LambdaStub
 from tests.support.postgres import connect, place_orders, use_logical_relay, use_polling_relay
-from tests.support.publishing import ListSink, RecordingBus, publisher
+from tests.support.publishing import ListSink, RecordingBus, logical_round, polling_round, publisher
 
 POLLING = Settings.from_env({"OUTBOX_TTL_DAYS": "16", "DATABASE_NAME": "parked_tests"})
 LOGICAL = Settings.from_env(
@@ -64,10 +62,8 @@ def settings_of(relay: str) -> Settings:
 
 def publish_round(relay: str, database: Database, sink: ListSink) -> Any:
     if relay == "logical":
-        return relay_slot_round(
-            database, publisher(), sink, slot=SLOT, max_event_bytes=POLLING.max_event_bytes
-        )
-    return publish_pending_round(database, publisher(), sink, max_event_bytes=POLLING.max_event_bytes)
+        return logical_round(database, SLOT, sink)
+    return polling_round(database, sink)
 
 
 def drain(relay: str, database: Database, sink: ListSink) -> None:
@@ -376,29 +372,6 @@ def test_without_the_order_store_a_key_only_message_is_kept_and_says_how_to_redr
 
     assert not report.complete
     assert "--order-store-function" in report.missing[0]
-
-
-class LambdaStub:
-    def __init__(self, answer: dict[str, Any]) -> None:
-        self.answer = answer
-        self.requests: list[tuple[str, Any]] = []
-
-    def invoke(self, FunctionName: str, Payload: bytes) -> dict[str, Any]:
-        self.requests.append((FunctionName, json.loads(Payload)))
-        return {"Payload": io.BytesIO(json.dumps(self.answer).encode())}
-
-
-@pytest.fixture
-def lambda_stub(monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, Any]], LambdaStub]:
-    def install(answer: dict[str, Any]) -> LambdaStub:
-        stub = LambdaStub(answer)
-        real_client = boto3.client
-        monkeypatch.setattr(
-            boto3, "client", lambda name, *a, **k: stub if name == "lambda" else real_client(name, *a, **k)
-        )
-        return stub
-
-    return install
 
 
 def test_redrive_poison_by_event_id_asks_the_maintenance_function_and_exits_0_only_when_on_the_bus(

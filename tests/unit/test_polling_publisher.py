@@ -16,28 +16,21 @@ from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.outbox import OutboxRow, claim_pending, mark_published
 from shop.domain.errors import ServiceBusy
 from shop.runtime.outbox_publishing import PublishOutcome
-from shop.runtime.polling_publisher import RESERVE_SECONDS, poll_outbox, publish_pending_round
+from shop.runtime.polling_publisher import RESERVE_SECONDS, poll_outbox
 from tests.support.postgres import connect, place_orders
 from tests.support.publishing import (
-    SETTINGS,
     ListSink,
     RecordingBus,
     advance,
     assert_each_order_in_sequence,
-    publisher,
+    polling_round,
 )
 
 
 def run_round(
     database: Database, sink: ListSink | None = None, max_orders: int = 50
 ) -> PublishOutcome[OutboxRow]:
-    return publish_pending_round(
-        database,
-        publisher(),
-        sink if sink is not None else ListSink(),
-        max_event_bytes=SETTINGS.max_event_bytes,
-        max_orders=max_orders,
-    )
+    return polling_round(database, sink, max_orders)
 
 
 def pending_rows(settings: ConnectionSettings) -> list[tuple[str, int, int, str | None]]:

@@ -33,9 +33,9 @@ from shop.adapters.postgres.outbox import OutboxRow
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
-from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord, StreamPosition
 from shop.runtime.config import Settings
+from tests.support.outbox_entries import order_entry
 from tests.unit.fakes import FaultyEventBridge
 from tools.template import Template
 
@@ -537,26 +537,12 @@ def test_replay_of_a_window_reaching_past_the_ttl_horizon_says_so(
 
 
 def test_replay_keeps_each_orders_events_in_sequence_whatever_the_writers_clocks_said():
-    def entry(aggregate: str, sequence: int, occurred_at: str) -> OutboxEntry:
-        return OutboxEntry(
-            event_id=f"{aggregate}-{sequence}",
-            source="shop.orders",
-            detail_type="T",
-            detail="{}",
-            aggregate=aggregate,
-            sequence=sequence,
-            occurred_at=occurred_at,
-            correlation_id="c",
-            trace_header=None,
-            size=10,
-        )
-
     # order A's second event was stamped earlier than its first by a skewed clock
     entries = [
-        entry("A", 1, "2026-11-21T10:05:00.000Z"),
-        entry("B", 1, "2026-11-21T10:01:00.000Z"),
-        entry("A", 2, "2026-11-21T10:00:00.000Z"),
-        entry("B", 2, "2026-11-21T10:06:00.000Z"),
+        order_entry("A", 1, occurred_at="2026-11-21T10:05:00.000Z"),
+        order_entry("B", 1, occurred_at="2026-11-21T10:01:00.000Z"),
+        order_entry("A", 2, occurred_at="2026-11-21T10:00:00.000Z"),
+        order_entry("B", 2, occurred_at="2026-11-21T10:06:00.000Z"),
     ]
 
     ordered = [e.event_id for e in in_publish_order(entries)]

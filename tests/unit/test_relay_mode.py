@@ -16,16 +16,14 @@ from shop.adapters.postgres import relay_mode, replication
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.outbox import RelayModeMismatch
 from shop.adapters.postgres.relay_mode import switch_relay
-from shop.runtime.logical_relay import relay_slot_round
-from shop.runtime.polling_publisher import publish_pending_round
 from tests.support.postgres import connect, place_orders
 from tests.support.publishing import (
-    SETTINGS,
     ListSink,
     RecordingBus,
     advance,
     assert_each_order_in_sequence,
-    publisher,
+    drain_slot,
+    polling_round,
 )
 
 SLOT = replication.slot_name("relay_mode_tests")
@@ -49,18 +47,11 @@ def switch(settings: ConnectionSettings, mode: str) -> str:
 
 
 def drain_logical(database: Database) -> None:
-    while (
-        outcome := relay_slot_round(
-            database, publisher(), ListSink(), slot=SLOT, max_event_bytes=SETTINGS.max_event_bytes
-        )
-    ).taken or outcome.backlog:
-        pass
+    drain_slot(database, SLOT)
 
 
 def drain_polling(database: Database) -> None:
-    while publish_pending_round(
-        database, publisher(), ListSink(), max_event_bytes=SETTINGS.max_event_bytes
-    ).taken:
+    while polling_round(database).taken:
         pass
 
 
@@ -278,9 +269,7 @@ def test_a_switch_while_a_polling_publisher_is_mid_round_neither_deadlocks_nor_d
     def publish() -> None:
         own = Database(settings)
         try:
-            results["round"] = publish_pending_round(
-                own, publisher(), ListSink(), max_event_bytes=SETTINGS.max_event_bytes
-            )
+            results["round"] = polling_round(own)
         except BaseException as exc:  # noqa: BLE001 - asserted below
             results["round"] = exc
         finally:
@@ -498,12 +487,7 @@ def test_a_poison_row_pending_at_a_switch_to_logical_is_parked_and_later_events_
     later = place_orders(database, 2)  # in the slot, after the set's message
     sink = ListSink()
 
-    while (
-        outcome := relay_slot_round(
-            database, publisher(), sink, slot=SLOT, max_event_bytes=SETTINGS.max_event_bytes
-        )
-    ).taken or outcome.backlog:
-        pass
+    drain_slot(database, SLOT, sink)
 
     assert [record.image["eventId"] for record in sink.parked] == ["poison-h"]
     assert sorted(order_id for order_id, _, _ in recording_bus.accepted) == sorted(later)
