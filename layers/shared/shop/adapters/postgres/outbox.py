@@ -36,15 +36,18 @@ VALUES (%s, %s, %s, %s, %s, %s)
 # once the outbox is handed over to the logical relay (outbox_relay.mode): a publisher still running
 # with its old configuration must not publish rows the relay now owns (it claims through the outbox's
 # row locks, which a switch waits for, so its next claim sees the switch).
+# A head is its order's lowest pending sequence, found by a correlated min(): PostgreSQL runs it as one
+# lookup in outbox_pending per candidate whatever its statistics say. The same test written NOT EXISTS
+# was planned, on an outbox filled faster than autovacuum analyzes it (estimated 1 row), as a join that
+# scanned every pending entry for each candidate: 1.0-1.3 s for a claim of 500 orders among 4,400 events.
 _CLAIM_HEADS = """
 SELECT head.aggregate_id
 FROM outbox AS head
 WHERE head.published_at IS NULL AND head.parked_at IS NULL
   AND (SELECT mode FROM outbox_relay) = 'polling'
-  AND NOT EXISTS (
-      SELECT 1 FROM outbox AS earlier
+  AND head.sequence = (
+      SELECT min(earlier.sequence) FROM outbox AS earlier
       WHERE earlier.aggregate_id = head.aggregate_id
-        AND earlier.sequence < head.sequence
         AND earlier.published_at IS NULL AND earlier.parked_at IS NULL)
 ORDER BY head.position
 LIMIT %s
