@@ -193,10 +193,19 @@ def test_relay_logs_each_published_event_with_ids_and_correlation_id_but_no_data
     # When the relay publishes them
     assert invoke(RELAY, event) == {"batchItemFailures": []}
 
-    # Then one line per event names the event, its type and its saga's correlation id
-    published = logs.with_message("event published")
-    assert [(r["event_id"], r["event_type"], r["correlation_id"]) for r in published] == [
-        (e["id"], e["type"], e["correlationid"]) for e in envelopes
+    # Then a line per ten events names each event, its type, its order and its saga's correlation id, in
+    # publishing order
+    published = logs.with_message("events published")
+    assert [len(r["event_ids"]) for r in published] == [10, 10, 5]
+    named = [
+        (event_id, event_type, aggregate, correlation_id)
+        for r in published
+        for event_id, event_type, aggregate, correlation_id in zip(
+            r["event_ids"], r["event_types"], r["aggregates"], r["correlation_ids"], strict=True
+        )
+    ]
+    assert named == [
+        (e["id"], e["type"], f"{e['source']}|{e['subject']}", e["correlationid"]) for e in envelopes
     ]
     # ... and no line carries any event's data
     forbidden = {value for e in envelopes for value in data_values(e["data"])}

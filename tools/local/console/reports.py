@@ -10,7 +10,8 @@ tied to it by `function_request_id` (as CloudWatch Logs Insights would read them
     "duplicate event skipped"  a consumer's idempotency found the event applied already (its
                                `causation_id` is the event's id): ignored
     "message failed; ..."      a consumer's record failed: `error_type`, `error`, `message_id`, `event_id`
-    "event published"          the relay or the publisher put an event on the bus: `event_id`
+    "events published"         the relay or the publisher put events on the bus: `event_ids` (a line per
+                               ten events, a report per event)
     "poison outbox record"     the relay or the publisher parked a record in the poison queue: `event_id`,
                                `sequence_number` (stream records), `reason`
     "publish failed; ..."      the relay or the publisher could not publish an event: `event_id`,
@@ -38,7 +39,7 @@ ReportListener = Callable[[str, "RecordReport"], None]  # (function, report), as
 _KEEP_REQUESTS = 10_000
 # The messages read, and a cheap test that a line may hold one (most lines are skipped unparsed).
 _APPLIED, _DUPLICATE, _CONSUMER_FAILED = "event applied", "duplicate event skipped", "message failed;"
-_PUBLISHED, _PARKED, _PUBLISH_FAILED = "event published", "poison outbox record", "publish failed;"
+_PUBLISHED, _PARKED, _PUBLISH_FAILED = "events published", "poison outbox record", "publish failed;"
 _MARKERS = (_APPLIED, _DUPLICATE, _CONSUMER_FAILED, _PUBLISHED, _PARKED, _PUBLISH_FAILED)
 _MAX_DETAIL_CHARS = 300
 
@@ -80,8 +81,17 @@ def _applied(outcome: str) -> tuple[Kind, str]:
     return "applied", outcome
 
 
+def read_reports(line: dict[str, Any]) -> list[RecordReport]:
+    """The reports one log line makes: a report per event it names ("events published" names up to ten)."""
+    if line.get("message") == _PUBLISHED:
+        ids = line.get("event_ids")
+        return [RecordReport("published", "", _text(i)) for i in ids] if isinstance(ids, list) else []
+    report = read_report(line)
+    return [] if report is None else [report]
+
+
 def read_report(line: dict[str, Any]) -> RecordReport | None:
-    """The report one log line makes, if any."""
+    """The report a log line about one record makes, if any."""
     message = line.get("message")
     if not isinstance(message, str):
         return None
@@ -95,8 +105,6 @@ def read_report(line: dict[str, Any]) -> RecordReport | None:
         error = f"{line.get('error_type', 'Error')}: {line.get('error', '')}"
         return RecordReport("failed", _detail(error), event_id, message_id=_text(line.get("message_id")))
     sequence = _text(line.get("sequence_number"))
-    if message == _PUBLISHED:
-        return RecordReport("published", "", event_id)
     if message == _PARKED:
         return RecordReport("parked", _detail(line.get("reason", "")), event_id, sequence_number=sequence)
     if message.startswith(_PUBLISH_FAILED):
@@ -127,25 +135,26 @@ class FunctionReports:
             return
         try:
             document = json.loads(line)
-            report = read_report(document) if isinstance(document, dict) else None
-            request_id = document.get("function_request_id") if report is not None else None
+            reports = read_reports(document) if isinstance(document, dict) else []
+            request_id = document.get("function_request_id") if reports else None
         except (ValueError, RecursionError, TypeError, AttributeError):
             return  # not one of Powertools' lines
-        if report is None or not isinstance(request_id, str):
+        if not reports or not isinstance(request_id, str):
             return
         with self._changed:
             self._reporting.add(function)
-            self._by_request.setdefault(request_id, []).append(report)
+            self._by_request.setdefault(request_id, []).extend(reports)
             self._by_request.move_to_end(request_id)
             while len(self._by_request) > _KEEP_REQUESTS:
                 self._by_request.popitem(last=False)
             self._changed.notify_all()
             listeners = list(self._listeners)
         for listener in listeners:
-            try:
-                listener(function, report)
-            except Exception as exc:  # noqa: BLE001 - the log pump that called this must go on
-                sys.stderr.write(f"local stack: a report listener failed: {describe_error(exc)}\n")
+            for report in reports:
+                try:
+                    listener(function, report)
+                except Exception as exc:  # noqa: BLE001 - the log pump that called this must go on
+                    sys.stderr.write(f"local stack: a report listener failed: {describe_error(exc)}\n")
 
     def reports(self, function: str) -> bool:
         """Whether the function has written any report (only those are waited for)."""

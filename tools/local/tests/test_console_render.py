@@ -272,6 +272,10 @@ def test_reports_are_read_from_the_functions_own_log_lines() -> None:
             "poison outbox record", event_id="e-10", sequence_number="11", reason="envelope is not valid JSON"
         ),
     )
+    reports.on_log_line(
+        "OutboxRelayFunction",
+        log_line("events published", event_ids=["e-13", "e-14"], correlation_ids=["c-1", "c-2"]),
+    )
     reports.on_log_line("OutboxRelayFunction", log_line("stream poller noise", event_id="e-12"))
 
     assert reports.of("req-7") == [
@@ -279,6 +283,8 @@ def test_reports_are_read_from_the_functions_own_log_lines() -> None:
         RecordReport("ignored", "duplicate", "e-8"),
         RecordReport("failed", "KeyError: 'x'", "e-9", message_id="m-9"),
         RecordReport("parked", "envelope is not valid JSON", "e-10", sequence_number="11"),
+        RecordReport("published", "", "e-13"),
+        RecordReport("published", "", "e-14"),
     ]
     assert reports.reports("OrderStatusFunction")
     assert not reports.reports("InventoryFunction")
