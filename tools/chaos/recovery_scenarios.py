@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shop.domain.serialization import camel_fields
 from tools.chaos.bus import BusCapture, queue_depth
 from tools.chaos.topology import relay_poison_queue
 from tools.local.operator_commands import CommandRun, command_environment, run_command
@@ -85,13 +86,7 @@ class Outcome:
         return bool(self.checks) and all(self.checks.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "passed": self.passed,
-            "checks": self.checks,
-            "figures": self.figures,
-            "problems": self.problems,
-        }
+        return {"name": self.name, "passed": self.passed, **camel_fields(self, omit={"name"})}
 
 
 def render(report: dict[str, Any]) -> str:

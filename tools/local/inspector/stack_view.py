@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from shop.domain.serialization import camel_fields
 from tools.local.console.activity import Entry, Invocation, Notice
 from tools.local.console.text import json_value
 from tools.local.inspector.actions import (
@@ -91,18 +92,7 @@ class QueueState:
     messages: list[dict[str, Any]] = field(default_factory=list)  # the first PEEK_MESSAGES
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "logicalId": self.logical_id,
-            "role": self.role,
-            "visible": self.visible,
-            "inFlight": self.in_flight,
-            "delayed": self.delayed,
-            "consumer": self.consumer,
-            "deadLetterFor": self.dead_letter_for,
-            "action": self.action,
-            "peeked": self.peeked,
-            "messages": self.messages,
-        }
+        return camel_fields(self)
 
 
 def _plain(value: dict[str, Any]) -> Any:

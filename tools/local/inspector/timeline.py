@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from shop.adapters.dynamodb import keys as table_keys
+from shop.domain.serialization import camel_fields
 from shop.domain.tracing import TraceContext, from_traceparent, from_xray_header
 from tools.local.console.activity import Entry, Invocation, Notice, Publication
 
@@ -43,6 +44,8 @@ Outcome = Literal["ok", "ignored", "failed", "parked", "pending"]
 PUBLICATIONS = frozenset({"dynamodb", "outbox"})  # the triggers of hops that put an event on the bus
 _NO_TRACE = TraceContext("", "", sampled=False)
 CORRELATION_HEADER = "x-correlation-id"
+# Hop fields its JSON shows in another form (Hop.to_json).
+_SHOWN_OTHERWISE = ("started_at", "duration_ms", "keys", "trace", "continues", "links_to", "record_id")
 
 
 @dataclass(frozen=True)
@@ -90,32 +93,16 @@ class Hop:
         return self.started_at + self.duration_ms / 1000
 
     def to_json(self) -> dict[str, Any]:
+        """Its fields in camelCase, its event's keys among them; its times in milliseconds, its trace
+        contexts as one trace id."""
         return {
-            "id": self.id,
-            "parent": self.parent,
-            "depth": self.depth,
-            "function": self.function,
-            "trigger": self.trigger,
-            "source": self.source,
+            **camel_fields(self, omit=_SHOWN_OTHERWISE),
+            **camel_fields(self.keys),
             "startMs": round(self.started_at * 1000, 3),
             "durationMs": round(self.duration_ms, 3),
-            "outcome": self.outcome,
-            "error": self.error,
-            "detail": self.detail,
-            "eventId": self.keys.event_id,
-            "eventType": self.keys.event_type,
-            "orderId": self.keys.order_id,
-            "correlationId": self.keys.correlation_id,
-            "causationId": self.keys.causation_id,
-            "attempt": self.attempt,
             "retries": self.retries,
-            "batchSize": self.batch_size,
-            "coldStart": self.cold_start,
-            "requestId": self.request_id,
             "traceId": (self.trace or self.continues or self.links_to or _NO_TRACE).trace_id or None,
-            "relation": self.relation,
             "recordId": self.record_id or None,
-            "result": self.result,
         }
 
 

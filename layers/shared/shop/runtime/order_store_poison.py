@@ -28,6 +28,7 @@ from typing import Any
 from shop.adapters.postgres.connection import Database
 from shop.adapters.postgres.outbox import relay_mode
 from shop.adapters.postgres.parked import ParkedRowState, discard, mark_redriven, parked_row_states, unpark
+from shop.domain.serialization import camel_fields
 from shop.runtime.config import Settings
 from shop.runtime.order_store_replay import replay_order_store
 
@@ -69,16 +70,7 @@ class ParkedRedriveReport:
         return not (self.parked_again or self.pending or self.discarded or self.missing)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "relay": self.relay,
-            "republished": self.republished,
-            "parkedAgain": self.parked_again,
-            "pending": self.pending,
-            "discarded": self.discarded,
-            "missing": self.missing,
-            "messages": self.messages,
-            "complete": self.complete,
-        }
+        return {**camel_fields(self), "complete": self.complete}
 
 
 def redrive_parked_rows(
@@ -185,17 +177,7 @@ class DiscardReport:
         return not (self.not_parked or self.missing)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "dryRun": self.dry_run,
-            "by": self.by,
-            "reason": self.reason,
-            "discarded": self.discarded,
-            "alreadyDiscarded": self.already_discarded,
-            "notParked": self.not_parked,
-            "missing": self.missing,
-            "messages": self.messages,
-            "complete": self.complete,
-        }
+        return {**camel_fields(self), "complete": self.complete}
 
 
 def discard_parked_rows(database: Database, request: dict[str, Any]) -> DiscardReport:

@@ -32,6 +32,7 @@ from shop.adapters.postgres.outbox import (
 from shop.adapters.postgres.replication import emit_replay
 from shop.domain.envelope import now as utc_now
 from shop.domain.envelope import parse_time
+from shop.domain.serialization import camel_fields
 from shop.runtime.config import Settings
 
 POLL_SECONDS = 0.5
@@ -57,9 +58,7 @@ class ReplayReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             **asdict(self.selection),
-            "republished": self.republished,
-            "stillPending": self.still_pending,
-            "messages": self.messages,
+            **camel_fields(self, omit={"selection"}),
             "complete": self.complete,
         }
 

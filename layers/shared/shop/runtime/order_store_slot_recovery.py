@@ -61,6 +61,7 @@ from shop.adapters.postgres.slot_recovery import (
 from shop.domain.envelope import format_time, parse_time
 from shop.domain.envelope import now as utc_now
 from shop.domain.errors import ServiceBusy
+from shop.domain.serialization import camel_fields
 from shop.runtime.config import Settings
 
 COMMIT_MARGIN = timedelta(hours=1)
@@ -90,8 +91,8 @@ class SlotRecoveryReport:
     sets_activated: list[int] = field(default_factory=list)  # sets whose messages were never read
     done: list[str] = field(default_factory=list)  # each step, once committed
     republished: bool = False  # the relay drained the gap's set: every gap row on the bus or parked
-    messages: list[str] = field(default_factory=list)
     failed: str | None = None  # the step that failed, and why
+    messages: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -99,25 +100,7 @@ class SlotRecoveryReport:
         return not self.dry_run and self.failed is None and self.republished and not self.expired
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "slot": self.slot,
-            "dryRun": self.dry_run,
-            "state": self.state,
-            "since": self.since,
-            "sinceSource": self.since_source,
-            "computedSince": self.computed_since,
-            "gapRows": self.gap_rows,
-            "expired": self.expired,
-            "expiredIds": self.expired_ids,
-            "parkedInGap": self.parked_in_gap,
-            "replayId": self.replay_id,
-            "setsActivated": self.sets_activated,
-            "done": self.done,
-            "republished": self.republished,
-            "failed": self.failed,
-            "messages": self.messages,
-            "complete": self.complete,
-        }
+        return {**camel_fields(self), "complete": self.complete}
 
 
 def _request(request: Any, now: datetime) -> tuple[bool, datetime | None, bool]:
