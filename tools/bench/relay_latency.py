@@ -20,8 +20,10 @@ latency in LATENCIES_MS:
   the rounds' wall time.
 Every relay publishes with the publisher the product wires (shop.runtime.wiring.relay.event_publisher)
 through its own boto3 client: however it is configured (PutEvents calls in flight at once), the product
-decides, not the bench. The functions log at the template's default LogLevel (INFO: a line per event
-published), their output discarded.
+decides, not the bench. Each relay is timed warm: its EventBridge client exists before the first call, as
+in every invocation after an execution environment's first (whose init the cold start part measures).
+The functions log at the template's default LogLevel (INFO: a line per ten events published), their
+output discarded.
 
 Orders are written by WRITERS threads at once, interleaved as a live shard or outbox holds them: about
 ORDERS_BETWEEN orders are created between an order's create and its confirmation, and again before its
@@ -36,7 +38,12 @@ event), `out_of_order` (events whose per-order sequence is lower than one the bu
 that order), and beside them `events`, `calls`, `seconds`, `relay_cpu_ms_per_event` (the CPU time of
 the bench's process, every thread of it, the product's publishing threads included, over the same span as
 `seconds`, per event: time.process_time, so neither the bus's process nor DynamoDB Local's nor
-PostgreSQL's), `in_flight_twice` (an order's event sent while another call with one of its events was
+PostgreSQL's), `lambda_memory_mb` (the function's MemorySize in the template), `lambda_vcpus` (what Lambda
+allots it: "at 1,769 MB, a function has the equivalent of one vCPU", the Lambda guide's "Configure Lambda
+function memory"), `events_per_s_on_lambda` (events/s as the deployed function can move them: the measured
+rate, or the rate its vCPU share allows at the measured CPU per event when that is lower; the bench's
+process has a whole core, a 512 MB function 0.29 of one; the target reads this figure), `in_flight_twice`
+(an order's event sent while another call with one of its events was
 unanswered), `peak_calls_in_flight`, `write_seconds` (the orders' writing, not timed as the relay's) and
 invocations (stream) or rounds (PostgreSQL). Every event written must reach the bus, once at least.
 """
@@ -83,6 +90,9 @@ RELAYS = ("stream", "polling", "logical")
 TARGET_LATENCY_MS = 50
 TARGET_EVENTS_PER_S = {"stream": 400, "polling": 3000, "logical": 3000}
 TARGET_CALLS_PER_EVENT = 0.10
+LAMBDA_MB_PER_VCPU = 1769  # the Lambda developer guide, "Configure Lambda function memory"
+RELAY_FUNCTIONS = {"stream": "OutboxRelayFunction", "polling": "OutboxPublisherFunction"}
+RELAY_FUNCTIONS["logical"] = RELAY_FUNCTIONS["polling"]
 # 2,000 orders are 4,400 events waiting (created, confirmed, one in five cancelled): at the 3,000 events/s
 # targeted at 50 ms a drain lasts about 1.5 s, long enough that a round's fixed costs and the last short
 # round weigh little, and short enough that writing them (7-16 s per relay and latency on a busy 2-core
@@ -144,19 +154,29 @@ class Received(Protocol):
 
 
 def figures(
-    bus: Received, latency_ms: int, expected: int, seconds: float, cpu_seconds: float, **extra: Any
+    bus: Received,
+    latency_ms: int,
+    expected: int,
+    seconds: float,
+    cpu_seconds: float,
+    memory_mb: int = LAMBDA_MB_PER_VCPU,
+    **extra: Any,
 ) -> dict[str, Any]:
     """One relay at one latency, from what the bus received (every event written must be there), timed over
-    `seconds` of wall time and `cpu_seconds` of the bench process's CPU."""
+    `seconds` of wall time and `cpu_seconds` of the bench process's CPU, for a function of `memory_mb`."""
     received = bus.figures()
     if received["distinct_events"] != expected:
         raise AssertionError(
             f"the bus received {received['distinct_events']} of the {expected} events written"
         )
     events = received["entries"]
+    vcpus = memory_mb / LAMBDA_MB_PER_VCPU
     return {
         "putevents_ms": latency_ms,
         "events_per_s": events / seconds,
+        "events_per_s_on_lambda": min(events / seconds, vcpus * events / cpu_seconds),
+        "lambda_memory_mb": memory_mb,
+        "lambda_vcpus": vcpus,
         "calls_per_event": received["calls"] / events,
         "out_of_order": received["out_of_order"],
         "events": events,
@@ -201,6 +221,7 @@ def _stream(
     if len(records) != written:
         raise AssertionError(f"{len(records)} outbox records in the stream for {written} events written")
     handler = load_function("outbox_relay", "latency").lambda_handler
+    aws.events()  # a warm function's client (its creation is the cold start's, measured apart)
     out = []
     for latency in latencies:
         bus.reset()
@@ -213,6 +234,7 @@ def _stream(
                 written,
                 seconds,
                 cpu_seconds,
+                template.function(RELAY_FUNCTIONS["stream"]).memory_size,
                 orders=orders,
                 write_seconds=write_seconds,
                 batch_size=relay.batch_size,
@@ -293,6 +315,7 @@ def _postgres(
             result: PublishOutcome[OutboxRow] = publish_round()
             return result
 
+        aws.events()  # a warm function's client (its creation is the cold start's, measured apart)
         out = []
         try:
             services = [OrderService(PostgresOrderRepository(w, settings), settings) for w in writers]
@@ -310,6 +333,7 @@ def _postgres(
                         written,
                         seconds,
                         cpu_seconds,
+                        template.function(RELAY_FUNCTIONS[relay]).memory_size,
                         orders=orders,
                         write_seconds=write_seconds,
                         rounds=rounds,
@@ -392,17 +416,30 @@ def render(measured: dict[str, list[dict[str, Any]]]) -> list[str]:
         "relays at AWS latency (each relay's code on its real source; the bus answers PutEvents after the "
         "latency)",
         "  relay      PutEvents ms   events/s   calls/event   out of order   peak calls in flight"
-        "   relay CPU ms/event",
+        "   relay CPU ms/event   events/s on Lambda",
     ]
     for relay in RELAYS:
         for row in measured.get(relay, []):
             cpu = row.get("relay_cpu_ms_per_event")  # absent from reports before it was measured
+            on_lambda = on_lambda_text(row)
             lines.append(
                 f"  {relay:<10} {row['putevents_ms']:>12} {row['events_per_s']:>10.0f} "
                 f"{row['calls_per_event']:>13.4f} {row['out_of_order']:>14} {row['peak_calls_in_flight']:>22}"
-                f" {'-' if cpu is None else f'{cpu:.2f}':>20}"
+                f" {'-' if cpu is None else f'{cpu:.2f}':>20} {on_lambda:>20}"
             )
     return lines
+
+
+def on_lambda(row: dict[str, Any]) -> float:
+    """The events/s a target reads: as the deployed function moves them (the measured rate in reports from
+    before its vCPU share was counted)."""
+    return float(row.get("events_per_s_on_lambda", row["events_per_s"]))
+
+
+def on_lambda_text(row: dict[str, Any]) -> str:
+    if "events_per_s_on_lambda" not in row:
+        return "-"
+    return f"{row['events_per_s_on_lambda']:,.0f} ({row['lambda_memory_mb']} MB)"
 
 
 RELAY_NAMES = {"stream": "DynamoDB stream relay", "polling": "polling publisher", "logical": "logical relay"}
@@ -411,15 +448,16 @@ RELAY_NAMES = {"stream": "DynamoDB stream relay", "polling": "polling publisher"
 def markdown(measured: dict[str, list[dict[str, Any]]]) -> str:
     """The figures as the table docs/performance.md shows: a row per relay and latency."""
     rows = [
-        "| Relay | PutEvents answered after | events/s, one invocation | PutEvents calls per event "
-        "| events out of order | most calls in flight |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| Relay | PutEvents answered after | events/s, one invocation on a core | events/s as deployed "
+        "(its vCPU share) | PutEvents calls per event | events out of order | most calls in flight |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for relay in RELAYS:
         for row in measured.get(relay, []):
             target = TARGET_EVENTS_PER_S[relay] if row["putevents_ms"] == TARGET_LATENCY_MS else None
             rows.append(
-                f"| {RELAY_NAMES[relay]} | {row['putevents_ms']} ms | {row['events_per_s']:,.0f}"
+                f"| {RELAY_NAMES[relay]} | {row['putevents_ms']} ms | {row['events_per_s']:,.0f} | "
+                + on_lambda_text(row)
                 + (f" (target {target:,})" if target else "")
                 + f" | {row['calls_per_event']:.4f} | {row['out_of_order']} | {row['peak_calls_in_flight']} |"
             )
