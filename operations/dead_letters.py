@@ -16,13 +16,14 @@ apply each event id once).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
+
+from operations.queue_run import QueueRun
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     )
 
 TRACE_HEADER: Final = "AWSTraceHeader"
-_RECEIVE_VISIBILITY_SECONDS = 300  # each message is handled once within a run
 
 
 class NoDestination(ValueError):
@@ -92,27 +92,21 @@ def move_messages(
     """Move up to `max_messages` messages, oldest first as SQS returns them; each one's report is handed
     to `report` as it is made."""
     summary = MoveSummary()
-    seen: set[str] = set()
-    kept_handles: list[str] = []
+    run = QueueRun(sqs, dead_letter_queue_url)
 
     def told(document: dict[str, Any]) -> None:
         summary.reports.append(document)
         report(document)
 
     while summary.moved + summary.kept < max_messages:
-        received = sqs.receive_message(
-            QueueUrl=dead_letter_queue_url,
-            MaxNumberOfMessages=min(10, max_messages - summary.moved - summary.kept),
-            WaitTimeSeconds=1,
-            VisibilityTimeout=_RECEIVE_VISIBILITY_SECONDS,
+        messages = run.receive(
+            min(10, max_messages - summary.moved - summary.kept),
             MessageAttributeNames=["All"],
             MessageSystemAttributeNames=[TRACE_HEADER],
-        ).get("Messages", [])
-        fresh = [m for m in received if m["MessageId"] not in seen]
-        if not fresh:
+        )
+        if not messages:
             break
-        for message in fresh:
-            seen.add(message["MessageId"])
+        for message in messages:
             document: dict[str, Any] = {"messageId": message["MessageId"], "destination": destination_url}
             sent = None
             try:
@@ -125,7 +119,7 @@ def move_messages(
                 sqs.delete_message(QueueUrl=dead_letter_queue_url, ReceiptHandle=message["ReceiptHandle"])
             except (ClientError, BotoCoreError) as exc:
                 summary.kept += 1
-                kept_handles.append(message["ReceiptHandle"])
+                run.keep(message)
                 if sent is None:
                     document["error"] = f"not moved: SendMessage failed: {exc}"
                 else:
@@ -138,10 +132,5 @@ def move_messages(
                 continue
             summary.moved += 1
             told({**document, "newMessageId": sent["MessageId"], "complete": True})
-    # Kept messages are visible again once the run is over, so the next run finds them at once.
-    for handle in kept_handles:
-        with contextlib.suppress(ClientError, BotoCoreError):
-            sqs.change_message_visibility(
-                QueueUrl=dead_letter_queue_url, ReceiptHandle=handle, VisibilityTimeout=0
-            )
+    run.end()
     return summary

@@ -9,6 +9,7 @@ invokes this function and prints the report):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -24,6 +25,18 @@ from shop.runtime.order_store_slot_recovery import SlotRecoveryRequestError, rec
 from shop.runtime.wiring.order_database import order_database
 
 
+def _answer(
+    run: Callable[[], dict[str, Any]], refusal: type[ValueError], code: str, done: str
+) -> dict[str, Any]:
+    """Run an operator command: its report, logged as `done`; or, when it refuses the request, `code`."""
+    try:
+        report = run()
+    except refusal as exc:
+        return _refused(code, exc)
+    logger.info(done, extra=report)
+    return report
+
+
 def _refused(code: str, exc: ValueError) -> dict[str, Any]:
     logger.warning("request refused", extra={"code": code, "error": str(exc)})
     return {"error": {"code": code, "message": str(exc)}}
@@ -36,14 +49,14 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     invocation.begin(context)
     settings = get_settings()
     if "replay" in event:
-        try:
-            replay = replay_order_store(
+        return _answer(
+            lambda: replay_order_store(
                 order_database(settings), settings, event["replay"], invocation.seconds_left
-            )
-        except ReplayRequestError as exc:
-            return _refused("INVALID_REPLAY_REQUEST", exc)
-        logger.info("order store replay", extra=replay.to_dict())
-        return replay.to_dict()
+            ).to_dict(),
+            ReplayRequestError,
+            "INVALID_REPLAY_REQUEST",
+            "order store replay",
+        )
     if "redriveParked" in event or "discardParked" in event:
         try:
             if "redriveParked" in event:
@@ -57,14 +70,14 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         logger.info("parked outbox rows", extra={"request": sorted(event), **parked})
         return parked
     if "recoverSlot" in event:
-        try:
-            recovery = recover_slot(
+        return _answer(
+            lambda: recover_slot(
                 order_database(settings), settings, event["recoverSlot"], invocation.seconds_left
-            )
-        except SlotRecoveryRequestError as exc:
-            return _refused("INVALID_RECOVER_SLOT_REQUEST", exc)
-        logger.info("replication slot recovery", extra=recovery.to_dict())
-        return recovery.to_dict()
+            ).to_dict(),
+            SlotRecoveryRequestError,
+            "INVALID_RECOVER_SLOT_REQUEST",
+            "replication slot recovery",
+        )
     report = maintain_order_store(order_database(settings), settings, invocation.seconds_left)
     logger.info("order store maintained", extra=asdict(report))
     return asdict(report)
