@@ -1,14 +1,17 @@
-"""moto server with one correction to moto's SQS (serialise_sqs_deletes) and one behaviour of
-EventBridge moto lacks (pass_trace_headers_to_sqs_targets): `python -m moto.server` plus those two.
+"""moto server with two corrections to moto's SQS (serialise_sqs_deletes, read_retention_per_message)
+and one behaviour of EventBridge moto lacks (pass_trace_headers_to_sqs_targets): `python -m moto.server`
+plus those three.
 
 Started by tools.local.services.emulators as
 `python -m tools.local.services.moto_server -H 127.0.0.1 -p PORT` (the arguments of
 `python -m moto.server`). Otherwise moto runs as released: the stack is for fidelity, not speed.
 
 What is not patched, and why (docs/performance.md has the measurements that once justified patching):
-- moto's per-request CPU (JSONPath parsed per event target, URL dispatch per request, SQS clock and
-  retention reads per message, an SNS signing certificate built per message): each patch gave the same
-  answers faster, which only the local throughput figures needed.
+- moto's per-request CPU (JSONPath parsed per event target, URL dispatch per request, SQS clock reads
+  per message, an SNS signing certificate built per message): each patch gave the same answers faster,
+  which only the local throughput figures needed. The one exception, read_retention_per_message, is not
+  a constant factor: it is a receive whose cost grows with the square of the queue's depth, which
+  stalled a chaos run.
 - Werkzeug closes the connection after every response, where AWS endpoints keep HTTP/1.1 connections
   alive and the SDK reuses them. Keeping them alive here meant replacing Werkzeug's request handler
   and the `selectors` module its server drains request bodies with: a rewrite of how requests are
@@ -44,6 +47,27 @@ def serialise_sqs_deletes() -> None:
             delete_message(self, receipt_handle)
 
     Queue.delete_message = locked_delete_message  # type: ignore[method-assign]
+
+
+def read_retention_per_message() -> None:
+    """moto checks each message it receives against the queue's retention period by building every
+    attribute of the queue (SQSBackend.is_message_valid_based_on_retention_period calls
+    get_queue_attributes, whose Queue.attributes counts the queue's visible, in-flight and delayed
+    messages), so one receive from a queue of n messages costs O(n^2). A 2,000-order chaos run with the
+    logical relay stalled on it once a replay had filled the consumers' queues with a few thousand
+    messages: moto at 83% of a core answering 150 requests a minute, the functions' calls timing out
+    (2026-11-26). The check here reads the one attribute; its answer is moto's (a message sent longer ago
+    than the queue's MessageRetentionPeriod is not received)."""
+    from moto.core.utils import unix_time
+    from moto.sqs.models import Message, SQSBackend
+
+    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Message) -> bool:
+        retention_period = int(self.get_queue(queue_name).message_retention_period)
+        return bool(retention_period + message.sent_timestamp / 1000 > unix_time())  # type: ignore[operator]
+
+    SQSBackend.is_message_valid_based_on_retention_period = (  # type: ignore[method-assign]
+        is_message_valid_based_on_retention_period
+    )
 
 
 _put_events_entry = threading.local()
@@ -88,6 +112,7 @@ def pass_trace_headers_to_sqs_targets() -> None:
 
 def main(argv: list[str]) -> None:
     serialise_sqs_deletes()
+    read_retention_per_message()
     pass_trace_headers_to_sqs_targets()
     from moto import server
 

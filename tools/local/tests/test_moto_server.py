@@ -1,4 +1,4 @@
-"""The local stack's moto server (services/moto_server.py): the correction it applies to moto's SQS."""
+"""The local stack's moto server (services/moto_server.py): the corrections it applies to moto's SQS."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from moto import mock_aws
 from moto.core.models import DEFAULT_ACCOUNT_ID
-from moto.sqs.models import Message, Queue, sqs_backends
+from moto.sqs.models import Message, Queue, SQSBackend, sqs_backends
 
-from tools.local.services.moto_server import serialise_sqs_deletes
+from tools.local.services.moto_server import read_retention_per_message, serialise_sqs_deletes
 
 PAUSE_SECONDS = 0.5
 
@@ -65,6 +65,31 @@ def test_a_send_between_two_concurrent_deletes_is_kept(
     assert [m.body for m in sqs_backend.get_queue("q")._messages] == ["sent meanwhile"]
 
 
+def test_a_receive_checks_retention_as_moto_does_without_counting_the_queue(
+    sqs_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        SQSBackend,
+        "is_message_valid_based_on_retention_period",
+        SQSBackend.is_message_valid_based_on_retention_period,  # restored after the test
+    )
+    sqs_backend.create_queue("q", MessageRetentionPeriod="60")
+    for body in ("kept", "expired"):
+        sqs_backend.send_message("q", body)
+    queue = sqs_backend.get_queue("q")
+    queue._messages[1].sent_timestamp -= 61_000  # sent 61 s ago, past the queue's 60 s
+    moto_answers = [sqs_backend.is_message_valid_based_on_retention_period("q", m) for m in queue._messages]
+
+    read_retention_per_message()
+    monkeypatch.setattr(Queue, "attributes", property(lambda self: pytest.fail("counted the queue")))
+
+    assert [sqs_backend.is_message_valid_based_on_retention_period("q", m) for m in queue._messages] == (
+        moto_answers
+    )
+    assert moto_answers == [True, False]
+    assert [m.body for m in sqs_backend.receive_message("q", 10, 0, 30)] == ["kept"]
+
+
 def test_the_server_the_stack_starts_is_moto_server_with_the_correction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -73,6 +98,11 @@ def test_the_server_the_stack_starts_is_moto_server_with_the_correction(
     from tools.local.services import moto_server
 
     monkeypatch.setattr(Queue, "delete_message", Queue.delete_message)  # restored after the test
+    monkeypatch.setattr(
+        SQSBackend,
+        "is_message_valid_based_on_retention_period",
+        SQSBackend.is_message_valid_based_on_retention_period,
+    )
     started: list[list[str]] = []
     monkeypatch.setattr(server, "main", started.append)
 
@@ -80,3 +110,4 @@ def test_the_server_the_stack_starts_is_moto_server_with_the_correction(
 
     assert started == [["-H", "127.0.0.1", "-p", "5000"]]  # moto.server's own main, its arguments as given
     assert getattr(Queue.delete_message, "__wrapped__", None) is not None  # deletes take the queue's lock
+    assert SQSBackend.is_message_valid_based_on_retention_period.__module__ == moto_server.__name__
