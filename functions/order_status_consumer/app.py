@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import get_settings
 from shop.runtime.consumer import ConsumerBatchProcessor, IdempotentConsumer, consume_sqs_batch
 from shop.runtime.observability import logger, metrics, tracer
 from shop.runtime.wiring.orders import order_service
+
+if TYPE_CHECKING:  # annotations only: importing it costs the cold start about 0.5 ms
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 processor = ConsumerBatchProcessor()
 # Its name in the PostgreSQL order store's inbox (OrderStore=postgres): stable across stages and renames.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from shop.domain.errors import InvalidEnvelope
+from shop.domain.errors import EventTooLarge, InvalidEnvelope
 from shop.domain.tracing import from_xray_header
 
 SPEC_VERSION = "1.0"
@@ -60,8 +60,22 @@ def entry_size(source: str, detail_type: str, detail: str, resources: tuple[str,
     )
 
 
+def ensure_publishable(event: CloudEvent, max_event_bytes: int) -> None:
+    """Refuse, at write time, an event that PutEvents could never accept. (What the outbox may hold, so
+    shop.domain.outbox re-exports it; here, beside the size, so that the writers' import path does not
+    build the outbox entry a relay reads.)"""
+    size = event.entry_size()
+    if size > max_event_bytes:
+        raise EventTooLarge(
+            "the event for this change exceeds the event bus size limit",
+            {"eventBytes": size, "limitBytes": max_event_bytes},
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class CloudEvent:
+    """A CloudEvents 1.0 envelope with this system's extensions (see the module's docstring)."""
+
     id: str
     source: str
     type: str

@@ -17,15 +17,17 @@ from typing import TYPE_CHECKING, Protocol
 
 from shop.domain.envelope import CloudEvent, format_time, now
 from shop.domain.errors import InvalidEnvelope
-from shop.domain.orders import ORDER_CANCELLED, ORDER_CREATED
+
+# Re-exported: defined apart so that the readers of inventory events need not import this module.
+from shop.domain.event_names import INVENTORY_REJECTED as INVENTORY_REJECTED
+from shop.domain.event_names import INVENTORY_RELEASED as INVENTORY_RELEASED
+from shop.domain.event_names import INVENTORY_RESERVED as INVENTORY_RESERVED
+from shop.domain.event_names import ORDER_CANCELLED, ORDER_CREATED
 
 if TYPE_CHECKING:  # the event data declarations are for type checking and docs; 1.7 ms to import
     from shop.domain.event_types import Rejection, ReservationData
 
 EVENT_SOURCE = "shop.inventory"
-INVENTORY_RESERVED = "InventoryReserved"
-INVENTORY_REJECTED = "InventoryRejected"
-INVENTORY_RELEASED = "InventoryReleased"
 
 
 class ReservationStatus(StrEnum):
@@ -37,6 +39,8 @@ class ReservationStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
+    """The inventory's reservation for one order: what it holds, and the last order event applied."""
+
     order_id: str
     status: ReservationStatus
     lines: tuple[tuple[str, int], ...]  # (sku, quantity), one entry per SKU

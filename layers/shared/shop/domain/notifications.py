@@ -12,7 +12,7 @@ from typing import Protocol
 
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import InvalidEnvelope
-from shop.domain.orders import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_REJECTED
+from shop.domain.event_names import ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_REJECTED
 
 NOTIFIABLE = frozenset({ORDER_CONFIRMED, ORDER_REJECTED, ORDER_CANCELLED})
 

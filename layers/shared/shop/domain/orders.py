@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shop.domain.envelope import CloudEvent, format_time, now
+from shop.domain.envelope import CloudEvent, ensure_publishable, format_time, now
 from shop.domain.errors import (
     ConcurrentModification,
     IdempotencyKeyReused,
@@ -19,17 +19,18 @@ from shop.domain.errors import (
     OrderNotFound,
     RequestInProgress,
 )
-from shop.domain.outbox import ensure_publishable
+
+# Re-exported: defined apart so that the readers of order events need not import this module.
+from shop.domain.event_names import ORDER_CANCELLED as ORDER_CANCELLED
+from shop.domain.event_names import ORDER_CONFIRMED as ORDER_CONFIRMED
+from shop.domain.event_names import ORDER_CREATED as ORDER_CREATED
+from shop.domain.event_names import ORDER_REJECTED as ORDER_REJECTED
 from shop.domain.principals import ANONYMOUS_CALLER
 
 if TYPE_CHECKING:  # the event data declarations are for type checking and docs; 1.7 ms to import
     from shop.domain.event_types import OrderData, OrderItemData, OrderRejectionData
 
 EVENT_SOURCE = "shop.orders"
-ORDER_CREATED = "OrderCreated"
-ORDER_CANCELLED = "OrderCancelled"
-ORDER_CONFIRMED = "OrderConfirmed"
-ORDER_REJECTED = "OrderRejected"
 # The inventory reserves all lines in one transaction (100 actions at most): one action per SKU
 # plus the reservation and its outbox item leaves room for 98 lines.
 MAX_LINES = 98
@@ -59,6 +60,8 @@ _EVENT_FOR_STATUS = {
 
 @dataclass(frozen=True, slots=True)
 class OrderLine:
+    """One line of an order: a SKU, how many, at what unit price."""
+
     sku: str
     quantity: int
     unit_price: int  # minor units of the order currency (cents for USD); never a float
@@ -83,6 +86,8 @@ class RejectionReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RejectedLine:
+    """A SKU the inventory could not reserve for an order, and why."""
+
     sku: str
     quantity: int  # what the order asked of this SKU, its lines together (as the inventory reserves)
     reason: RejectionReason
@@ -114,6 +119,8 @@ class OrderRejection:
 
 @dataclass(frozen=True, slots=True)
 class Order:
+    """The order aggregate: its lines, its status and the version of its last change."""
+
     order_id: str
     customer_id: str
     currency: str
@@ -206,6 +213,8 @@ class RequestRecord:
 
 @dataclass(frozen=True, slots=True)
 class PlacedOrder:
+    """What placing an order answers: the order's representation, and whether it was a replay."""
+
     order: dict[str, Any]
     replayed: bool
 

@@ -9,18 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shop.domain.envelope import CloudEvent, entry_size
-from shop.domain.errors import EventTooLarge, InvalidEnvelope
+from shop.domain.envelope import ensure_publishable as ensure_publishable  # where it is defined: see there
+from shop.domain.errors import InvalidEnvelope
 from shop.domain.tracing import from_traceparent
-
-
-def ensure_publishable(event: CloudEvent, max_event_bytes: int) -> None:
-    """Refuse, at write time, an event that PutEvents could never accept."""
-    size = event.entry_size()
-    if size > max_event_bytes:
-        raise EventTooLarge(
-            "the event for this change exceeds the event bus size limit",
-            {"eventBytes": size, "limitBytes": max_event_bytes},
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import InvalidEnvelope
-from shop.domain.inventory import INVENTORY_REJECTED, INVENTORY_RESERVED
+from shop.domain.event_names import INVENTORY_REJECTED, INVENTORY_RESERVED
 from shop.domain.orders import OrderRejection, OrderService, OrderStatus, RejectedLine, RejectionReason
 
 _STATUS_FOR_INVENTORY_ANSWER = {

@@ -32,6 +32,8 @@ _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 @dataclass(frozen=True, slots=True)
 class TraceContext:
+    """A trace context: the trace, the span a next hop is a child of, and whether it is sampled."""
+
     trace_id: str  # 32 hex digits
     parent_id: str  # 16 hex digits: the span (X-Ray segment) the next hop is a child of
     sampled: bool

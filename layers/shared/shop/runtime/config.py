@@ -58,6 +58,8 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """Every setting a function reads from its environment (from_env), parsed once per process."""
+
     orders_table_name: str
     inventory_table_name: str
     idempotency_table_name: str

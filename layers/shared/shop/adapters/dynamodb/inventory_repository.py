@@ -8,7 +8,7 @@ from botocore.exceptions import ClientError
 
 from shop.adapters import aws
 from shop.adapters.dynamodb import keys
-from shop.adapters.dynamodb.outbox_items import OutboxSettings, outbox_put
+from shop.adapters.dynamodb.outbox_writes import OutboxSettings, outbox_put
 from shop.adapters.dynamodb.transactions import (
     SecondsLeft,
     cancellation_reasons,
