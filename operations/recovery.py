@@ -7,7 +7,7 @@ longer holds the range (24 h retention), it falls back to the outbox time index 
 the batch's arrival window plus a margin: a superset, which is safe because consumers deduplicate on
 event id. Replay republishes the outbox events of a time window, or given event ids, from the table:
 both through the OutboxByTime index, an event id by the buckets of the shard its id hashes to
-(find_outbox_items); an id not found there is named in `missing`.
+(operations/outbox_index.py); an id not found there is named in `missing`.
 
 A report is complete only when every record the message or window stands for was found and either
 accepted by PutEvents or parked as poison. Whatever cannot be shown is named in `missing`:
@@ -40,6 +40,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from operations import outbox_index
 from shop.adapters import aws
 from shop.adapters.dynamodb import keys
 from shop.adapters.dynamodb.outbox_items import (
@@ -72,7 +73,6 @@ _BATCH_GET_ATTEMPTS = 8
 # clock may run ahead of the operator's; ids looked for by one query (the filter's OR terms).
 _EXPIRED_ITEMS_LINGER = timedelta(days=2)
 _WRITER_CLOCK_SKEW = timedelta(hours=1)
-_IDS_PER_QUERY = 50
 
 
 def table_of_stream(stream_arn: str) -> str:
@@ -407,18 +407,7 @@ class OutboxRecovery:
                 f"the window starts at {start.isoformat()}, before the outbox TTL horizon "
                 f"{horizon.isoformat()}: events written before it may have been deleted"
             )
-        low, high = keys.outbox_time_bounds(start, end)
-        item_keys: list[dict[str, Any]] = []
-        paginator = aws.dynamodb().get_paginator("query")
-        for bucket in keys.outbox_buckets(start, end, self._time_shards):
-            for page in paginator.paginate(
-                TableName=table,
-                IndexName=keys.OUTBOX_TIME_INDEX,
-                KeyConditionExpression="#b = :b AND #t BETWEEN :low AND :high",
-                ExpressionAttributeNames={"#b": keys.OUTBOX_BUCKET, "#t": keys.OUTBOX_TIME},
-                ExpressionAttributeValues={":b": {"S": bucket}, ":low": {"S": low}, ":high": {"S": high}},
-            ):
-                item_keys.extend({keys.PK: i[keys.PK], keys.SK: i[keys.SK]} for i in page.get("Items", []))
+        item_keys = outbox_index.keys_written_between(table, start, end, self._time_shards)
         images = self._get_items(table, item_keys, report)
         return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
 
@@ -456,52 +445,9 @@ class OutboxRecovery:
     def find_outbox_items(
         self, table: str, event_ids: Sequence[str], oldest: datetime, newest: datetime
     ) -> dict[str, dict[str, Any]]:
-        """The key of the outbox item of each of these events found in `table`, written between oldest
-        and newest. There is no index by event id (docs/performance.md, "Write cost"): an event's shard
-        of OutboxByTime is known from its id (keys.outbox_time_shard), and the index's KEYS_ONLY entries
-        hold the table key, whose sort key ends with the event id. So each shard's hourly buckets are
-        queried newest first, every page read (a filtered page may be empty and still not the last),
-        filtered on the sort key, until every id of that shard is found or the window is exhausted."""
-        by_shard: dict[int, list[str]] = defaultdict(list)
-        for event_id in dict.fromkeys(event_ids):
-            by_shard[keys.outbox_time_shard(event_id, self._time_shards)].append(event_id)
-        low, high = keys.outbox_time_bounds(oldest, newest)
-        found: dict[str, dict[str, Any]] = {}
-        paginator = aws.dynamodb().get_paginator("query")
-        for shard, ids in sorted(by_shard.items()):
-            for bucket in keys.outbox_shard_buckets(shard, oldest, newest):
-                pending = [event_id for event_id in ids if event_id not in found]
-                if not pending:
-                    break
-                for start in range(0, len(pending), _IDS_PER_QUERY):
-                    chunk = pending[start : start + _IDS_PER_QUERY]
-                    suffixes = {f":e{n}": {"S": keys.outbox_sort_key_suffix(e)} for n, e in enumerate(chunk)}
-                    for page in paginator.paginate(
-                        TableName=table,
-                        IndexName=keys.OUTBOX_TIME_INDEX,
-                        KeyConditionExpression="#b = :b AND #t BETWEEN :low AND :high",
-                        # contains() finds the suffix anywhere; the exact id is checked below
-                        FilterExpression=" OR ".join(f"contains(#sk, {name})" for name in suffixes),
-                        ExpressionAttributeNames={
-                            "#b": keys.OUTBOX_BUCKET,
-                            "#t": keys.OUTBOX_TIME,
-                            "#sk": keys.SK,
-                        },
-                        ExpressionAttributeValues={
-                            ":b": {"S": bucket},
-                            ":low": {"S": low},
-                            ":high": {"S": high},
-                            **suffixes,
-                        },
-                        ScanIndexForward=False,
-                    ):
-                        for entry in page.get("Items", []):
-                            entry_id = keys.outbox_event_id(entry[keys.SK]["S"])
-                            if entry_id is not None and entry_id in chunk and entry_id not in found:
-                                found[entry_id] = {keys.PK: entry[keys.PK], keys.SK: entry[keys.SK]}
-                        if all(wanted in found for wanted in chunk):
-                            break  # the first hit ends the search for an id
-        return found
+        """The key of the outbox item of each of these events found in `table`, written between oldest and
+        newest (operations/outbox_index.py)."""
+        return outbox_index.find_outbox_items(table, event_ids, oldest, newest, self._time_shards)
 
     def _get_items(
         self, table: str, item_keys: list[dict[str, Any]], report: RecoveryReport

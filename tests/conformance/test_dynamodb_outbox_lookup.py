@@ -2,7 +2,7 @@
 
 There is no index by event id (docs/performance.md, "Write cost"): replay finds an event's outbox item in
 OutboxByTime, the hourly buckets of the shard its id hashes to, filtering each bucket's entries on the
-table's sort key, which ends with the event id (operations/recovery.py, find_outbox_items). What that
+table's sort key, which ends with the event id (operations/outbox_index.py, find_outbox_items). What that
 relies on, from the DynamoDB documentation:
 - KEYS_ONLY: "Only the index and primary keys are projected into the index" (API reference,
   Projection): each entry carries the table's PK and SK;

@@ -282,6 +282,18 @@ def test_no_code_but_test_code_imports_the_tests():
     assert violations(code, ROOT, lambda name: within(name, "tests")) == []
 
 
+MAX_MODULE_LINES = 600  # docs/layout.md: past that, a module is split by role
+
+
+def test_no_module_but_test_code_is_over_600_lines():
+    code = [path for path in python_files(ROOT) if not is_test_code(path, ROOT)]
+    assert any(path.is_relative_to(ROOT / "operations") for path in code)
+    long = {
+        str(p.relative_to(ROOT)): n for p in code if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
 def test_the_tools_have_no_import_circle():
     files = [path for path in python_files(ROOT / "tools") if not is_test_code(path, ROOT)]
     assert any(path == ROOT / "tools" / "local" / "stack.py" for path in files)

@@ -13,6 +13,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+import operations.outbox_index
 import operations.recovery
 import shop.adapters.aws
 from operations.admin import main as outbox_admin
@@ -274,7 +275,7 @@ def test_replay_by_event_id_looks_for_many_ids_a_shard_at_a_time_in_bounded_quer
 ):
     place_orders(30)
     event_ids = outbox_event_ids(stream_records(template)[2])
-    monkeypatch.setattr(operations.recovery, "_IDS_PER_QUERY", 3)
+    monkeypatch.setattr(operations.outbox_index, "_IDS_PER_QUERY", 3)
     calls = query_calls(monkeypatch)
 
     report = recovery.replay_events(template.physical_name("OrdersTable"), [*event_ids, event_ids[0]])
