@@ -472,7 +472,11 @@ def test_the_batch_size_comes_from_the_template(
     probe_stack: LocalStack, local_services: LocalServices, tmp_path: Path
 ) -> None:
     data = probe_template_data()
-    data["Resources"]["ProbeQueueFunction"]["Properties"]["Events"]["Queue"]["Properties"]["BatchSize"] = 5
+    queue_event = data["Resources"]["ProbeQueueFunction"]["Properties"]["Events"]["Queue"]["Properties"]
+    queue_event["BatchSize"] = 5
+    # Without a batching window Lambda may invoke with what one receive returned (fewer than five when the
+    # poll wakes while the batch is still being sent); within a window it gathers up to BatchSize.
+    queue_event["MaximumBatchingWindowInSeconds"] = 2
     copy = tmp_path / "template.yaml"
     copy.write_text(yaml.safe_dump(data, sort_keys=False))
     options = StackOptions(
