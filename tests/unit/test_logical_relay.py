@@ -748,7 +748,9 @@ def test_a_replay_never_overtakes_an_earlier_event_of_its_order_still_in_the_slo
     rounds = 0
     while (outcome := relay_slot_round(**round_options(database), window_bytes=64)).taken or outcome.backlog:
         rounds += 1
-        assert rounds < 200
+        # A guard against a relay that never ends, not a figure: rounds of 64 bytes also walk the WAL the
+        # server writes meanwhile (autovacuum analyzing what earlier tests wrote), 200 were once too few.
+        assert rounds < 5_000
 
     assert recording_bus.sequences_by_order() == {"order-r": [1, 2, 2]}
 
