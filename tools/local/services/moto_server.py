@@ -1,17 +1,19 @@
-"""moto server with two corrections to moto's SQS (serialise_sqs_deletes, read_retention_per_message)
-and one behaviour of EventBridge moto lacks (pass_trace_headers_to_sqs_targets): `python -m moto.server`
-plus those three.
+"""moto server with two corrections to moto's SQS (serialise_sqs_deletes, read_queue_attributes_on_demand),
+one to its EventBridge (parse_each_input_path_once) and one behaviour of EventBridge moto lacks
+(pass_trace_headers_to_sqs_targets): `python -m moto.server` plus those four.
 
 Started by tools.local.services.emulators as
 `python -m tools.local.services.moto_server -H 127.0.0.1 -p PORT` (the arguments of
 `python -m moto.server`). Otherwise moto runs as released: the stack is for fidelity, not speed.
 
 What is not patched, and why (docs/performance.md has the measurements that once justified patching):
-- moto's per-request CPU (JSONPath parsed per event target, URL dispatch per request, SQS clock reads
-  per message, an SNS signing certificate built per message): each patch gave the same answers faster,
-  which only the local throughput figures needed. The one exception, read_retention_per_message, is not
-  a constant factor: it is a receive whose cost grows with the square of the queue's depth, which
-  stalled a chaos run.
+- moto's per-request CPU (URL dispatch per request, SQS clock reads per message, an SNS signing
+  certificate built per message): each patch gave the same answers faster, which only the local
+  throughput figures needed. Two came back because a 2,000-order chaos run stalled without them, not for
+  speed records: read_queue_attributes_on_demand (a send whose cost grows with the queue's depth, a
+  receive with its square) and parse_each_input_path_once (eight JSONPath expressions parsed, parser
+  and all, per event and target: moto could not deliver a replay as fast as the relays
+  sent it, the relays' calls timed out and were sent again, and the retries buried moto).
 - Werkzeug closes the connection after every response, where AWS endpoints keep HTTP/1.1 connections
   alive and the SDK reuses them. Keeping them alive here meant replacing Werkzeug's request handler
   and the `selectors` module its server drains request bodies with: a rewrite of how requests are
@@ -26,9 +28,10 @@ What is not patched, and why (docs/performance.md has the measurements that once
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 
@@ -49,25 +52,68 @@ def serialise_sqs_deletes() -> None:
     Queue.delete_message = locked_delete_message  # type: ignore[method-assign]
 
 
-def read_retention_per_message() -> None:
-    """moto checks each message it receives against the queue's retention period by building every
-    attribute of the queue (SQSBackend.is_message_valid_based_on_retention_period calls
-    get_queue_attributes, whose Queue.attributes counts the queue's visible, in-flight and delayed
-    messages), so one receive from a queue of n messages costs O(n^2). A 2,000-order chaos run with the
-    logical relay stalled on it once a replay had filled the consumers' queues with a few thousand
-    messages: moto at 83% of a core answering 150 requests a minute, the functions' calls timing out
-    (2026-11-26). The check here reads the one attribute; its answer is moto's (a message sent longer ago
-    than the queue's MessageRetentionPeriod is not received)."""
-    from moto.core.utils import unix_time
-    from moto.sqs.models import Message, SQSBackend
+class _QueueAttributes(Mapping[str, Any]):
+    """Queue.attributes with each value built when it is read: the same keys, values and order as
+    moto's property (BASE_ATTRIBUTES, then FIFO_ATTRIBUTES on a FIFO queue, KMS_ATTRIBUTES with a key;
+    Policy and RedrivePolicy as moto renders them; booleans as "true"/"false")."""
 
-    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Message) -> bool:
-        retention_period = int(self.get_queue(queue_name).message_retention_period)
-        return bool(retention_period + message.sent_timestamp / 1000 > unix_time())  # type: ignore[operator]
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
 
-    SQSBackend.is_message_valid_based_on_retention_period = (  # type: ignore[method-assign]
-        is_message_valid_based_on_retention_period
-    )
+    def _names(self) -> list[str]:
+        queue = self._queue
+        return (
+            list(queue.BASE_ATTRIBUTES)
+            + (list(queue.FIFO_ATTRIBUTES) if queue.fifo_queue else [])
+            + (list(queue.KMS_ATTRIBUTES) if queue.kms_master_key_id else [])
+        )
+
+    def __getitem__(self, name: str) -> Any:
+        from moto.core.utils import camelcase_to_underscores
+
+        if name not in self._names():
+            raise KeyError(name)
+        queue = self._queue
+        if name == "RedrivePolicy" and queue.redrive_policy:
+            return json.dumps(queue.redrive_policy)
+        value = getattr(queue, camelcase_to_underscores(name))
+        return str(value).lower() if isinstance(value, bool) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+def read_queue_attributes_on_demand() -> None:
+    """moto's Queue.attributes builds every attribute of the queue whenever one is read, and three of
+    them count the queue's visible, in-flight and delayed messages. moto reads it on every SendMessage
+    (ContentBasedDeduplication) and on every message received (the retention check reads
+    MessageRetentionPeriod through get_queue_attributes), so a send to a queue of n messages costs O(n)
+    and a receive O(n^2): 60 ms a send at 5,000 messages. A 2,000-order chaos run with the logical
+    relay stalled on it once a replay had filled the consumers' queues with a few thousand messages:
+    moto at 83% of a core answering 150 requests a minute, the functions' calls timing out
+    (2026-11-26). Here each value is built when it is read; the answers are moto's (a unit test
+    compares them, queue by queue)."""
+    from moto.sqs.models import Queue
+
+    Queue.attributes = property(_QueueAttributes)  # type: ignore[assignment,method-assign]
+
+
+def parse_each_input_path_once() -> None:
+    """moto's EventBridge renders the event each target receives through JSONPath expressions (the
+    target's InputTransformer's or, without one as here, the eight of its default rendering), parsed again
+    for every event and target, and jsonpath_ng builds its whole lexer and parser (ply) for every parse:
+    about three quarters of moto's CPU while a replay was delivered, which stalled a 2,000-order chaos run
+    with the logical relay (moto at 81% of a core, 800 request threads waiting, 2026-11-26). A parsed
+    expression is a pure function of its text, so each text is parsed once here and moto's own matching
+    renders every event as before (a unit test compares the rendered targets)."""
+    import jsonpath_ng.ext
+
+    ext: Any = jsonpath_ng.ext  # moto imports parse from it at each call
+    if not hasattr(ext.parse, "cache_info"):
+        ext.parse = functools.lru_cache(maxsize=1024)(ext.parse)
 
 
 _put_events_entry = threading.local()
@@ -112,7 +158,8 @@ def pass_trace_headers_to_sqs_targets() -> None:
 
 def main(argv: list[str]) -> None:
     serialise_sqs_deletes()
-    read_retention_per_message()
+    read_queue_attributes_on_demand()
+    parse_each_input_path_once()
     pass_trace_headers_to_sqs_targets()
     from moto import server
 
