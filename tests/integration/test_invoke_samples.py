@@ -22,11 +22,12 @@ import pytest
 from shop.adapters.dynamodb import keys
 from tests.local_stacks import start_stack, stop_stack
 from tests.support import EVENTS_DIR, SAMPLE_EVENTS
-from tools.local.invoke import invoke, write_state
+from tools.local.invoke import invoke
 from tools.local.invoke_seeds import named_orders
 from tools.local.services.emulators import LocalServices
 from tools.local.services.provisioning import SEED_FILE
 from tools.local.stack import LocalStack, StackOptions
+from tools.local.stack_state import write_state
 from tools.template import Template
 
 QUIET_SECONDS = 3.0  # no hop for this long: a stream poll is 0.25 s, a queue's long poll 1 s

@@ -23,11 +23,12 @@ from shop.adapters.dynamodb import keys
 from tests.integration.conftest import probe_template_data, start_stack, stop_stack
 from tests.support import load_event, stream_table_resource
 from tools.local.console.activity import Invocation
-from tools.local.invoke import invoke, write_state
+from tools.local.invoke import invoke
 from tools.local.processes import StartupError, live_children
 from tools.local.runtime.functions import function_environment
 from tools.local.services.emulators import LocalServices
 from tools.local.stack import LocalStack, StackOptions
+from tools.local.stack_state import write_state
 from tools.template import ROOT, Template
 
 HTTP_TIMEOUT = 10

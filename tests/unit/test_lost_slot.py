@@ -543,7 +543,7 @@ def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_th
 
 # --- the functions and the operator's command ----------------------------------------------------------
 def handler(name: str, directory: str) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
-    spec = FunctionSpec(name, ROOT / "functions" / directory, "app.lambda_handler", 60, {}, {}, [])
+    spec = FunctionSpec(name, ROOT / "functions" / directory, "app.lambda_handler", 60, {}, {})
     module = load_handler_module(spec)
     clear_module_caches(module)
     return module.lambda_handler  # type: ignore[no-any-return]

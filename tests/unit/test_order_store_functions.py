@@ -25,7 +25,7 @@ from tools.template import ROOT, FunctionSpec, Template
 
 
 def handler_module(name: str, directory: str, timeout: int = 60) -> ModuleType:
-    spec = FunctionSpec(name, ROOT / "functions" / directory, "app.lambda_handler", timeout, {}, {}, [])
+    spec = FunctionSpec(name, ROOT / "functions" / directory, "app.lambda_handler", timeout, {}, {})
     module = load_handler_module(spec)
     clear_module_caches(module)
     return module

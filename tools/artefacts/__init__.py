@@ -7,8 +7,6 @@ template is read through it).
 
 from tools.artefacts.check import (
     LAMBDA_UNZIPPED_LIMIT,
-    Problem,
-    Report,
     check_build,
     elf_problem,
     extension_problem,
@@ -18,8 +16,6 @@ from tools.artefacts.check import (
 
 __all__ = [
     "LAMBDA_UNZIPPED_LIMIT",
-    "Problem",
-    "Report",
     "check_build",
     "elf_problem",
     "extension_problem",

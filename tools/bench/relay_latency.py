@@ -447,25 +447,3 @@ def on_lambda_text(row: dict[str, Any]) -> str:
     if "events_per_s_on_lambda" not in row:
         return "-"
     return f"{row['events_per_s_on_lambda']:,.0f} ({row['lambda_memory_mb']} MB)"
-
-
-RELAY_NAMES = {"stream": "DynamoDB stream relay", "polling": "polling publisher", "logical": "logical relay"}
-
-
-def markdown(measured: dict[str, list[dict[str, Any]]]) -> str:
-    """The figures as the table docs/performance.md shows: a row per relay and latency."""
-    rows = [
-        "| Relay | PutEvents answered after | events/s, one invocation on a core | events/s as deployed "
-        "(its vCPU share) | PutEvents calls per event | events out of order | most calls in flight |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for relay in RELAYS:
-        for row in measured.get(relay, []):
-            target = TARGET_EVENTS_PER_S[relay] if row["putevents_ms"] == TARGET_LATENCY_MS else None
-            rows.append(
-                f"| {RELAY_NAMES[relay]} | {row['putevents_ms']} ms | {row['events_per_s']:,.0f} | "
-                + on_lambda_text(row)
-                + (f" (target {target:,})" if target else "")
-                + f" | {row['calls_per_event']:.4f} | {row['out_of_order']} | {row['peak_calls_in_flight']} |"
-            )
-    return "\n".join(rows)

@@ -134,4 +134,4 @@ def install(environ: dict[str, str] | None = None) -> Injector | None:
     return injector
 
 
-INJECTOR = install()
+install()

@@ -65,7 +65,7 @@ def install(environ: dict[str, str] | None = None) -> bool:
     return True
 
 
-INSTALLED = install()
+install()
 
 if __name__ == "__main__":
     # Exactly `python -m operations ...` (its __main__ puts the shared layer on the path), with PutEvents

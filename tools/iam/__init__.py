@@ -14,12 +14,10 @@ from tools.iam.deployed import (
     local_names,
     resource_policies,
     role_policies,
-    translate,
 )
-from tools.iam.evaluation import ALLOWED, Decision, Request, SimulatorError, Statement, decisions
+from tools.iam.evaluation import Decision, Request, SimulatorError, Statement, decisions
 
 __all__ = [
-    "ALLOWED",
     "Access",
     "Decision",
     "DeployedTemplate",
@@ -38,5 +36,4 @@ __all__ = [
     "resource_policies",
     "role_policies",
     "touches",
-    "translate",
 ]

@@ -238,7 +238,6 @@ def _invoke(function: str, event: Path) -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.local", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
-    commands.add_parser("run", help="run the whole stack (the default)")
     invoke_parser = commands.add_parser("invoke", help="run one function with an event file")
     invoke_parser.add_argument("function", help="logical id of the function in template.yaml")
     invoke_parser.add_argument("event", type=Path, help="JSON event file, e.g. events/api_create_order.json")

@@ -21,11 +21,8 @@ from tools.local.invoke_seeds import seed_named_orders
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult, function_environment
 from tools.local.services.emulators import Endpoints
 from tools.local.stack import LocalStack, StackOptions
-from tools.local.stack_state import running_stack, write_state
+from tools.local.stack_state import running_stack
 from tools.template import Template
-
-# write_state stays importable from here, where it was.
-__all__ = ["invoke", "running_stack", "write_state"]
 
 
 def _print_log_line(function: str, line: str) -> None:

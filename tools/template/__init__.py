@@ -7,7 +7,6 @@ brings); nothing else of tools/, so the product's unit tests can read the templa
 stack.
 """
 
-from tools.template.comparison import Change, ChangeSet, changes, compare
 from tools.template.intrinsics import chosen
 from tools.template.reader import (
     ACCOUNT,
@@ -20,23 +19,16 @@ from tools.template.reader import (
     load_yaml,
     parse_yaml,
 )
-from tools.template.translate import Stack, translate
 
 __all__ = [
     "ACCOUNT",
     "REGION",
     "ROOT",
     "TEMPLATE_PATH",
-    "Change",
-    "ChangeSet",
     "FunctionSpec",
-    "Stack",
     "Template",
     "TemplateError",
-    "changes",
     "chosen",
-    "compare",
     "load_yaml",
     "parse_yaml",
-    "translate",
 ]

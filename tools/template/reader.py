@@ -156,7 +156,6 @@ class FunctionSpec:
     timeout: int
     environment: dict[str, str]
     events: dict[str, dict[str, Any]]
-    policies: list[Any]
     memory_size: int = 128
     runtime: str = ""
     # Source directories of the template's own layers, in the order Lambda puts them on sys.path.
@@ -389,7 +388,6 @@ class Template:
                 k: _env_value(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()
             },
             events=props.get("Events", {}),
-            policies=props.get("Policies", []),
             memory_size=int(props.get("MemorySize", 128)),
             runtime=str(props.get("Runtime", "")),
             layer_dirs=layer_dirs,

@@ -49,23 +49,6 @@ def test_the_chart_is_written_as_a_png_to_every_path(tmp_path: Path) -> None:
         assert path.stat().st_size > 10_000
 
 
-def test_the_table_has_a_column_per_relay_and_prices_each() -> None:
-    bench = results()
-    bench["relay"]["ours"].update(put_events_calls_per_event=0.1001, records_delivered_per_order=2.2)
-    for relay in ("polling", "logical"):
-        bench["postgres_relays"][relay]["throughput"]["put_events_calls_per_event"] = 0.1
-
-    table = charts.relay_comparison_markdown(bench).splitlines()
-
-    assert table[0] == "|  | DynamoDB stream relay | PostgreSQL, polling | PostgreSQL, logical (WAL) |"
-    assert all(line.count("|") == 5 for line in table)
-    lag = next(line for line in table if line.startswith("| publish lag"))
-    assert "p50 100 ms, p99 200 ms" in lag
-    assert "p50 90 ms, p99 180 ms" in lag
-    logical = cost_model.postgres_cost_per_million_orders(bench, "logical")["total"]
-    assert f"${logical:,.2f} |" in next(line for line in table if line.startswith("| variable"))
-
-
 def test_cost_by_service_adds_up_to_each_stores_total() -> None:
     bench = results()
     costs = charts.cost_by_service(bench)

@@ -128,19 +128,6 @@ def test_the_table_shows_every_relay_at_every_latency() -> None:
     ]
 
 
-def test_the_docs_table_has_a_row_per_relay_and_latency_and_the_targets_at_50_ms() -> None:
-    table = relay_latency.markdown(measured()["relays_at_aws_latency"]).splitlines()
-
-    assert len(table) == 2 + 9
-    assert all(line.count("|") == 8 for line in table)
-    assert "| DynamoDB stream relay | 50 ms | 450 | - (target 400) | 0.1000 | 0 | 16 |" in table
-    assert "| logical relay | 100 ms | 1,700 | - | 0.1000 | 0 | 16 |" in table
-    results = measured()
-    results["relays_at_aws_latency"]["polling"][1].update(events_per_s_on_lambda=1000.0, lambda_memory_mb=512)
-    table = relay_latency.markdown(results["relays_at_aws_latency"]).splitlines()
-    assert "| polling publisher | 50 ms | 3,200 | 1,000 (512 MB) (target 3,000) | 0.1000 | 0 | 16 |" in table
-
-
 def test_orders_are_written_interleaved_with_several_events_each_by_several_writers() -> None:
     settings = Settings.from_env({})
     repository = InMemoryOrderRepository()

@@ -30,12 +30,11 @@ from tools.local.console.reports import FunctionReports, RecordReport
 from tools.local.console.text import encodable, json_object, shown
 from tools.local.supervision import describe_error
 
-_RED, _YELLOW, _GREEN, _DIM, _BOLD, _RESET = (
+_RED, _YELLOW, _GREEN, _DIM, _RESET = (
     "\033[31m",
     "\033[33m",
     "\033[32m",
     "\033[2m",
-    "\033[1m",
     "\033[0m",
 )
 _MAX_RECORD_LINES = 20
