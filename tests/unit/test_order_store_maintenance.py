@@ -3,6 +3,8 @@ the health figures the alarms read."""
 
 from __future__ import annotations
 
+import psycopg
+
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
@@ -280,5 +282,160 @@ def test_rows_a_replay_set_still_names_age_the_logical_relays_oldest_pending_fro
         assert draining.health is not None
         assert draining.health.oldest_pending_seconds is not None
         assert 600 <= draining.health.oldest_pending_seconds < 900  # the unfinished set, not the finished one
+    finally:
+        use_polling_relay(order_database, slot)
+
+
+# --- replay sets: finished ones leave, the window after they finished ------------------------------------
+def add_set(
+    connection: psycopg.Connection,
+    *,
+    kind: str = "replay",
+    created: str = "30 days",
+    activated: str | None = "30 days",
+    finished: str | None = "16 days 1 minute",
+    source_lsn: str | None = None,
+    rows: tuple[int, ...] = (),
+) -> int:
+    """A replay set (shop.adapters.postgres.replays) created, activated and finished so long ago (None: not
+    yet), naming the outbox rows at `rows` (pending in it)."""
+    found = connection.execute(
+        "INSERT INTO outbox_replay (kind, source_lsn, created_at, activated_at, finished_at)"
+        " VALUES (%s, %s::pg_lsn, clock_timestamp() - %s::interval, clock_timestamp() - %s::interval,"
+        "         clock_timestamp() - %s::interval) RETURNING replay_id",
+        (kind, source_lsn, created, activated, finished),
+    ).fetchone()
+    assert found is not None
+    for position in rows:
+        connection.execute(
+            "INSERT INTO outbox_replay_rows (replay_id, position) VALUES (%s, %s)", (found[0], position)
+        )
+    return int(found[0])
+
+
+def replay_sets(settings: ConnectionSettings) -> set[int]:
+    with connect(settings) as connection:
+        return {replay_id for (replay_id,) in connection.execute("SELECT replay_id FROM outbox_replay")}
+
+
+def test_finished_replay_sets_leave_in_batches_once_finished_longer_ago_than_the_republish_window(
+    order_database: ConnectionSettings, database: Database
+):
+    """A replay, handover or spill set that is finished (every row it named on the bus or parked) is
+    history: it leaves OutboxTtlDays (16 here) after it finished, in batches, like the outbox rows."""
+    with connect(order_database) as connection:
+        for kind in ("replay", "handover", "spill", "replay", "replay"):
+            add_set(connection, kind=kind, source_lsn="0/10" if kind == "spill" else None)
+
+    report = maintain_order_store(database, SETTINGS, lambda: 60.0, batch_rows=2)
+
+    assert replay_sets(order_database) == set()
+    assert report.replay_sets_deleted == 5
+
+
+def test_a_replay_set_finished_inside_the_window_stays(
+    order_database: ConnectionSettings, database: Database
+):
+    """Finished a minute less than 16 days ago: kept (one finished a minute more leaves)."""
+    with connect(order_database) as connection:
+        add_set(connection, finished="16 days 1 minute")
+        recent = add_set(connection, finished="15 days 23 hours 59 minutes")
+
+    report = maintain_order_store(database, SETTINGS, lambda: 60.0)
+
+    assert replay_sets(order_database) == {recent}
+    assert report.replay_sets_deleted == 1
+
+
+def test_an_unfinished_replay_set_stays_however_old(order_database: ConnectionSettings, database: Database):
+    """A set not finished is still the relay's work: activated and draining, or its message not read yet
+    (whose rows may all have gone out already, as earlier rows of their orders: the set finishes once its
+    message is read). Kept however old; deleting one would drop its rows too (ON DELETE CASCADE)."""
+    place(database, 1)
+    with connect(order_database) as connection:
+        (position,) = connection.execute("SELECT min(position) FROM outbox").fetchone()  # type: ignore[misc]
+        add_set(connection)
+        draining = add_set(
+            connection, created="400 days", activated="400 days", finished=None, rows=(position,)
+        )
+        unread = add_set(connection, created="400 days", activated=None, finished=None, rows=(position,))
+        unread_drained = add_set(connection, created="400 days", activated=None, finished=None)
+
+    report = maintain_order_store(database, SETTINGS, lambda: 60.0)
+
+    assert replay_sets(order_database) == {draining, unread, unread_drained}
+    assert report.replay_sets_deleted == 1
+    with connect(order_database) as connection:
+        named = connection.execute("SELECT count(*) FROM outbox_replay_rows").fetchone()
+    assert named == (2,)
+
+
+def test_a_replay_set_still_naming_a_row_stays_even_marked_finished(
+    order_database: ConnectionSettings, database: Database
+):
+    """The relay finishes a set only once it names no row; should one be marked finished with a row left
+    all the same, retention keeps it: its delete would take the pending row out of the relay's work."""
+    place(database, 1)
+    with connect(order_database) as connection:
+        (position,) = connection.execute("SELECT min(position) FROM outbox").fetchone()  # type: ignore[misc]
+        add_set(connection)
+        naming = add_set(connection, finished="40 days", rows=(position,))
+
+    report = maintain_order_store(database, SETTINGS, lambda: 60.0)
+
+    assert replay_sets(order_database) == {naming}
+    assert report.replay_sets_deleted == 1
+
+
+def test_the_replay_set_a_slot_recovery_still_names_stays(
+    order_database: ConnectionSettings, database: Database
+):
+    """outbox_slot.recovery_replay_id names the set a lost slot's gap was handed to, until maintenance
+    clears the recovery (slot_recovery.finish_recovery_if_drained): the set stays while it is named."""
+    with connect(order_database) as connection:
+        add_set(connection)
+        gap = add_set(connection, kind="handover", finished="40 days")
+        connection.execute(
+            "INSERT INTO outbox_slot (slot_name, recovery_since, recovery_started_at,"
+            " recovery_handed_over_at, recovery_replay_id)"
+            " VALUES ('outbox_elsewhere', now() - interval '41 days', now() - interval '41 days',"
+            "         now() - interval '41 days', %s)",
+            (gap,),
+        )
+
+    report = maintain_order_store(database, SETTINGS, lambda: 60.0)
+
+    assert replay_sets(order_database) == {gap}
+    assert report.replay_sets_deleted == 1
+
+
+def test_a_spill_set_stays_until_every_slot_has_confirmed_past_its_source_lsn(
+    order_database: ConnectionSettings, database: Database
+):
+    """A spill's source_lsn (UNIQUE) keeps the transaction it recorded, decoded again before the slot moved
+    past it, from being recorded (and so published) twice: the set stays while the slot's confirmed
+    position is not past it, at it included, however long ago it finished."""
+    from shop.adapters.postgres import replication
+    from shop.adapters.postgres.pgoutput import lsn_text, parse_lsn
+
+    settings = Settings.from_env(
+        {"OUTBOX_TTL_DAYS": "16", "POSTGRES_RELAY": "logical", "DATABASE_NAME": "mnt"}
+    )
+    slot = replication.slot_name(settings.database_name)
+    use_logical_relay(order_database, slot)
+    try:
+        with connect(order_database) as connection:
+            (confirmed,) = connection.execute(  # type: ignore[misc]
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+            at = parse_lsn(confirmed)
+            add_set(connection, kind="spill", source_lsn=lsn_text(at - 1))  # passed: leaves
+            at_slot = add_set(connection, kind="spill", source_lsn=lsn_text(at))
+            ahead = add_set(connection, kind="spill", source_lsn=lsn_text(at + 1_000_000), finished="40 days")
+
+        report = maintain_order_store(database, settings, lambda: 60.0)
+
+        assert replay_sets(order_database) == {at_slot, ahead}
+        assert report.replay_sets_deleted == 1
     finally:
         use_polling_relay(order_database, slot)

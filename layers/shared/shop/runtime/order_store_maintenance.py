@@ -18,6 +18,7 @@ from shop.adapters.postgres.connection import Database
 from shop.adapters.postgres.maintenance import (
     OutboxHealth,
     delete_expired_request_keys,
+    delete_finished_replay_sets,
     delete_inbox_rows,
     delete_published_outbox_rows,
     logical_outbox_health,
@@ -42,6 +43,7 @@ class MaintenanceReport:
     outbox_rows_deleted: int = 0
     inbox_rows_deleted: int = 0
     request_keys_deleted: int = 0
+    replay_sets_deleted: int = 0
     health: OutboxHealth | None = None
     slot: SlotHealth | None = None
     slot_lost: bool | None = None  # None: the relay mode is polling (no slot is read)
@@ -65,6 +67,9 @@ def maintain_order_store(
         ),
         ("inbox_rows_deleted", delete_inbox_rows, (settings.idempotency_expires_after_seconds,), {}),
         ("request_keys_deleted", delete_expired_request_keys, (), {}),
+        # Finished replay sets, the outbox rows' window after they finished; a recovery's set stays while its
+        # record names it (finish_recovery_if_drained, below, clears it: the set leaves on a later run).
+        ("replay_sets_deleted", delete_finished_replay_sets, (settings.outbox_ttl_days * DAY_SECONDS,), {}),
     ]
     for name, delete, window, options in steps:
         while seconds_left() > RESERVE_SECONDS:

@@ -11,7 +11,9 @@ writers or the publisher wait on for long):
   large for a poison queue message);
 - inbox rows older than the consumers' redelivery window (the same window as Powertools' idempotency
   records: runtime.config.Settings.idempotency_expires_after_seconds);
-- request keys past their expiry.
+- request keys past their expiry;
+- finished replay sets (shop.adapters.postgres.replays) finished longer ago than the outbox's republish
+  window, except the one a slot recovery still names and a spill the slot may read again.
 Pending rows are never deleted, however old, nor rows a replay or a handover to the logical relay still
 names (its replay set: shop.adapters.postgres.replays).
 """
@@ -42,6 +44,32 @@ DELETE FROM inbox WHERE (consumer, event_id) IN (
 _DELETE_REQUEST_KEYS = """
 DELETE FROM request_keys WHERE (caller, idempotency_key) IN (
     SELECT caller, idempotency_key FROM request_keys WHERE expires_at < clock_timestamp() LIMIT %s)
+"""
+# A replay set (shop.adapters.postgres.replays) leaves once finished (activated, and every row it named on
+# the bus or parked: none left in outbox_replay_rows, whose ON DELETE CASCADE would otherwise take pending
+# rows with it) longer ago than the outbox rows' republish window, and only when nothing can still need it:
+# - outbox_slot.recovery_replay_id names it: a recovery is over once its set is finished, but the record
+#   stays until maintenance clears it (slot_recovery.finish_recovery_if_drained, after these deletes);
+# - its source_lsn (a spill: the end of the transaction the logical relay recorded as a set, UNIQUE) is
+#   what keeps that transaction, read again, from being recorded twice (replays.record_set, ON CONFLICT
+#   (source_lsn) DO NOTHING): the relay commits the set, then moves its slot past source_lsn in another
+#   transaction, which may never come (a crash, another relay on the slot). Until a slot has confirmed
+#   past it, the transaction can be decoded again, and without its set it would become a new set, every
+#   row of it published again. A slot confirmed exactly at source_lsn has passed it (a transaction is
+#   never decoded again once its end is confirmed); kept all the same, until the slot moves on. Only
+#   this database's logical slots can decode its transactions; a slot whose confirmed position is not
+#   known keeps every spill.
+_DELETE_REPLAY_SETS = """
+DELETE FROM outbox_replay WHERE replay_id IN (
+    SELECT replay_id FROM outbox_replay AS s
+    WHERE s.finished_at < clock_timestamp() - make_interval(secs => %s)
+      AND NOT EXISTS (SELECT 1 FROM outbox_replay_rows AS named WHERE named.replay_id = s.replay_id)
+      AND NOT EXISTS (SELECT 1 FROM outbox_slot AS b WHERE b.recovery_replay_id = s.replay_id)
+      AND (s.source_lsn IS NULL OR NOT EXISTS (
+          SELECT 1 FROM pg_replication_slots AS slot
+          WHERE slot.slot_type = 'logical' AND slot.database = current_database()
+            AND coalesce(slot.confirmed_flush_lsn <= s.source_lsn, true)))
+    LIMIT %s)
 """
 # Each part reads an index or the catalogue, never the whole table: the outbox holds weeks of rows.
 _PENDING = """
@@ -92,6 +120,11 @@ def delete_inbox_rows(cursor: psycopg.Cursor[Any], older_than_seconds: int, limi
 
 def delete_expired_request_keys(cursor: psycopg.Cursor[Any], limit: int) -> int:
     cursor.execute(_DELETE_REQUEST_KEYS, (limit,))
+    return cursor.rowcount
+
+
+def delete_finished_replay_sets(cursor: psycopg.Cursor[Any], older_than_seconds: int, limit: int) -> int:
+    cursor.execute(_DELETE_REPLAY_SETS, (older_than_seconds, limit))
     return cursor.rowcount
 
 
