@@ -4,13 +4,10 @@ The local stack on port PORT (default 3000; `PORT=3001 python -m operations --lo
 what the commands need to its state file, `.local-data/stack.json` on the default port and
 `.local-data/port-<PORT>/stack.json` on any other (tools/local/stack_state.py writes it): its stack
 outputs (the names --stack-name reads from CloudFormation, with the local queue URLs) and the
-environment that points the commands' AWS clients at its DynamoDB Local and moto (fake credentials, no
-~/.aws files, so nothing reaches a real account). This module reads that file alone: the operator
+environment that points the commands' AWS clients at its DynamoDB Local, moto and Lambda Invoke API (the
+order database's maintenance function is invoked there, OrderStore=postgres), with fake credentials and
+no ~/.aws files, so nothing reaches a real account. This module reads that file alone: the operator
 commands stay independent of the local stack's code.
-
-The local stack serves no Lambda API, so the commands that go through the order database's maintenance
-function (OrderStore=postgres: replay, discard-poison, recover-slot, redrive-poison --event-id) are
-refused there; redrive-poison then drains the poison queue, as the inspector's button does.
 """
 
 from __future__ import annotations
@@ -23,11 +20,6 @@ from typing import Any
 
 STATE_ROOT = Path(__file__).resolve().parent.parent / ".local-data"
 DEFAULT_PORT = 3000
-# Commands that need the order store's maintenance function, where the store has one.
-_MAINTENANCE_COMMANDS = frozenset({"replay", "discard-poison", "recover-slot"})
-# The stack output naming the order store's maintenance function (OrderStore=postgres): a local stack
-# has it but withholds it (it serves no Lambda API to invoke the function by).
-_MAINTENANCE_OUTPUT = "OrderStoreMaintenanceFunctionName"
 
 _outputs: dict[str, dict[str, str]] = {}  # stack name -> outputs, for the stacks found here
 
@@ -67,14 +59,6 @@ def use_local_stack(args: argparse.Namespace, root: Path | None = None) -> None:
     """Point this process at the local stack on PORT: its environment, and its outputs for --stack-name."""
     port = _port()
     state = read_state(port, root)
-    maintenance = args.command in _MAINTENANCE_COMMANDS or (
-        args.command == "redrive-poison" and getattr(args, "event_id", None)
-    )
-    if _MAINTENANCE_OUTPUT in state.get("withheld_outputs", ()) and maintenance:
-        raise SystemExit(
-            f"error: {args.command} goes through the order database's maintenance function, and the local "
-            "stack serves no Lambda API to invoke it (see docs/local-stack.md)"
-        )
     os.environ.update({str(name): str(value) for name, value in state["operator_environment"].items()})
     name = str(state["stack_name"])
     _outputs[name] = {str(key): str(value) for key, value in state["outputs"].items()}

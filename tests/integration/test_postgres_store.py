@@ -6,12 +6,19 @@ DynamoDB store publishes."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
+from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 
+import shop.adapters.aws
+from operations import admin
+from operations import local_stack as operations_local
 from tools.local.stack import LocalStack
+from tools.local.stack_state import state_file, write_state
 
 SECONDS = 30.0  # a bound on waiting, not a speed target
 
@@ -145,3 +152,36 @@ def test_the_logical_relay_publishes_from_the_slot_the_migration_created(logical
         ).fetchone()
     assert held == (0,)  # every insert confirmed: the slot holds nothing of this order any more
     assert marked == (0,)  # the slot is the bookmark: rows are not updated
+
+
+def test_an_operator_command_invokes_the_maintenance_function_through_the_local_lambda_api(
+    postgres_stack: LocalStack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m operations --local discard-poison` (a dry run) reaches the database through the stack's
+    Lambda Invoke API, as on AWS (tests/conformance/test_lambda_invoke_api.py), and STS on moto names the
+    caller: the function answers for an event id the outbox does not hold."""
+    port = 3103
+    monkeypatch.setattr(operations_local, "STATE_ROOT", tmp_path)
+    write_state(postgres_stack, state_file(port, tmp_path))
+    for name in json.loads(state_file(port, tmp_path).read_text())["operator_environment"]:
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # so the command's changes are undone
+    monkeypatch.setenv("PORT", str(port))
+    event_id = f"absent-{uuid.uuid4()}"
+    shop.adapters.aws.reset_clients()
+    try:
+        exit_code = admin.main(["--local", "discard-poison", event_id, "--reason", "conformance"])
+    finally:
+        shop.adapters.aws.reset_clients()
+
+    printed = capsys.readouterr()
+    report = json.loads(printed.out.strip().splitlines()[-1])
+    function = postgres_stack.template.physical_name("OrderStoreMaintenanceFunction")
+    assert (report["store"], report["function"], report["missing"]) == ("postgres", function, [event_id])
+    assert report["dryRun"] is True, printed
+    assert report["by"].startswith("arn:aws:"), "the caller STS on moto names"
+    assert (report["complete"], exit_code) == (False, 1)  # nothing to discard: the command says so
+    invoked = postgres_stack.activity.invocations("OrderStoreMaintenanceFunction")[-1]
+    assert (invoked.trigger, invoked.result.ok) == ("direct", True)

@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.console.render import Console
 from tools.local.console.reports import FunctionReports
+from tools.local.gateway.lambda_api import LambdaApi
 from tools.local.gateway.server import LOCAL_PREFIX, ApiServer, RouteTable
 from tools.local.inspector.api import inspector_for
 from tools.local.pollers.checkpoints import CheckpointStore
@@ -157,7 +158,13 @@ class LocalStack:
         if self.options.serve and served:
             api_ids = {api: self.template.physical_name(api) for api in stages}
             self.api = ApiServer(
-                routes, self.functions, api_ids, self.activity, self.options.api_port, inspector_for(self)
+                routes,
+                self.functions,
+                api_ids,
+                self.activity,
+                self.options.api_port,
+                inspector_for(self),
+                LambdaApi(self.functions, self.activity),  # the operator commands' maintenance calls
             )
         if self._owns_services:
             self.services.launch()

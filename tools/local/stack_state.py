@@ -33,7 +33,7 @@ STATE_FILE = "stack.json"
 _LOCK_FILE = "stack.lock"
 # The relay's settings the operator commands share (shop.runtime.config): the republish window, event size.
 _RELAY_SETTINGS = ("OUTBOX_TTL_DAYS", "MAX_EVENT_BYTES", "OUTBOX_TIME_SHARDS")
-# Stack outputs naming functions: the local stack runs them, but serves no Lambda API to invoke them by.
+# Stack outputs naming functions: invoked through the local API's Lambda Invoke API (gateway/lambda_api.py).
 _FUNCTION_OUTPUT_SUFFIX = "FunctionName"
 
 
@@ -60,14 +60,19 @@ def running_ports(root: Path | None = None) -> list[int]:
 
 def operator_environment(stack: LocalStack) -> dict[str, str]:
     """What `python -m operations` needs to act on this stack: its endpoints, fake credentials and region,
-    no ~/.aws files (they must not send a command to a real account), the relay's outbox settings."""
+    no ~/.aws files (they must not send a command to a real account), the relay's outbox settings. Besides
+    the functions' endpoints: Lambda's Invoke API (the order database's maintenance function, which the
+    functions never call) and STS on moto (discard-poison records the caller's identity)."""
     relay: dict[str, str] = {}
     for stream in stack.sources.streams:
         relay = stack.template.function(stream.function).environment
         break
+    lambda_api = {"AWS_ENDPOINT_URL_LAMBDA": stack.api_url} if stack.api is not None else {}
     return {
         **FAKE_CREDENTIALS,
         **stack.endpoints.environment(),
+        **lambda_api,
+        "AWS_ENDPOINT_URL_STS": stack.endpoints.moto,
         "AWS_REGION": REGION,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_CONFIG_FILE": os.devnull,
@@ -77,22 +82,19 @@ def operator_environment(stack: LocalStack) -> dict[str, str]:
 
 
 def local_outputs(stack: LocalStack) -> dict[str, str]:
-    """The stack outputs as the operator commands read them (--stack-name), with this stack's queue URLs."""
+    """The stack outputs as the operator commands read them (--stack-name), with this stack's queue URLs;
+    the functions' names only when the stack serves the Lambda API to invoke them by (it does with its
+    local API), so that no command sends an invocation elsewhere."""
     template = stack.template
     outputs: dict[str, str] = {}
     for name, value in template.outputs().items():
-        if name.endswith(_FUNCTION_OUTPUT_SUFFIX):
+        if name.endswith(_FUNCTION_OUTPUT_SUFFIX) and stack.api is None:
             continue
         reference = template.data["Outputs"][name].get("Value")
         target = reference.get("Ref") if isinstance(reference, dict) else None
         is_queue = template.resources.get(str(target), {}).get("Type") == "AWS::SQS::Queue"
         outputs[name] = stack.queue_url(str(target)) if is_queue else value
     return outputs
-
-
-def withheld_outputs(stack: LocalStack) -> list[str]:
-    """The stack outputs local_outputs leaves out: the functions' names (no Lambda API to call them by)."""
-    return sorted(name for name in stack.template.outputs() if name.endswith(_FUNCTION_OUTPUT_SUFFIX))
 
 
 def write_state(stack: LocalStack, path: Path) -> None:
@@ -110,7 +112,6 @@ def write_state(stack: LocalStack, path: Path) -> None:
         "endpoints": {"dynamodb": stack.endpoints.dynamodb, "moto": stack.endpoints.moto},
         "api_url": stack.api_url if stack.api is not None else None,
         "outputs": local_outputs(stack),
-        "withheld_outputs": withheld_outputs(stack),
         "operator_environment": operator_environment(stack),
     }
     path.parent.mkdir(parents=True, exist_ok=True)

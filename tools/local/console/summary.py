@@ -183,6 +183,8 @@ def startup_summary(stack: LocalStack, console: Console, sam: SamEnvironment | N
         lines.append(bold("API") + f"  {stack.api_url}")
         for route in sources.routes:
             lines.append(f"  {route.method:<6} {route.path}  {dim('→ ' + short_name(route.function))}")
+        invocations = "/2015-03-31/functions/<FunctionName>/invocations"  # tools/local/gateway/lambda_api.py
+        lines.append(f"  POST   {invocations}  {dim('→ Lambda Invoke API (python -m operations --local)')}")
         if report.auth_not_enforced:
             note = "authorization is not enforced locally: " + ", ".join(report.auth_not_enforced)
             lines.append(console.paint(f"  {note}", _YELLOW))

@@ -9,7 +9,8 @@ arn:aws:iam::<account>:user/<name>, the name taken from the X-Local-Caller heade
 Functions that scope data to the caller (the order API's Idempotency-Key) can so be tried with several.
 
 Requests under /_local/ go to the local inspector (tools/local/inspector) instead of a function: the
-stack's own pages, never part of the deployed API (a template route under that prefix is refused).
+stack's own pages, never part of the deployed API. Requests under /2015-03-31/ go to Lambda's Invoke API
+for the stack's functions (gateway/lambda_api.py). A template route under either prefix is refused.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ _MISSING_TOKEN = {"message": "Missing Authentication Token"}
 _INTERNAL_ERROR = {"message": "Internal server error"}
 LOCAL_CALLER_HEADER = "X-Local-Caller"
 LOCAL_PREFIX = "/_local"  # the local inspector's pages and JSON API
+LAMBDA_API_PREFIX = "/2015-03-31"  # Lambda's Invoke API: POST /2015-03-31/functions/{name}/invocations
+# What the local stack serves beside the template's routes, which may not use these prefixes.
+_RESERVED_PREFIXES = {LOCAL_PREFIX: "its inspector", LAMBDA_API_PREFIX: "Lambda's Invoke API"}
 DEFAULT_LOCAL_CALLER = "local-user"
 
 
@@ -51,8 +55,12 @@ class RouteConflict(ValueError):
     pass
 
 
+def is_under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
 def is_local_path(path: str) -> bool:
-    return path == LOCAL_PREFIX or path.startswith(LOCAL_PREFIX + "/")
+    return is_under(path, LOCAL_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -96,11 +104,12 @@ class RouteTable:
         compiled: list[_CompiledRoute] = []
         seen: dict[tuple[str, str], ApiRoute] = {}
         for route in routes:
-            if is_local_path(route.path):
-                raise RouteConflict(
-                    f"{route.method} {route.path} ({route.function}.{route.name}) is under {LOCAL_PREFIX}, "
-                    "where the local stack serves its inspector"
-                )
+            for prefix, served in _RESERVED_PREFIXES.items():
+                if is_under(route.path, prefix):
+                    raise RouteConflict(
+                        f"{route.method} {route.path} ({route.function}.{route.name}) is under {prefix}, "
+                        f"where the local stack serves {served}"
+                    )
             key = (route.method, _compile(route.path)[0].pattern)
             if key in seen:
                 other = seen[key]
@@ -243,7 +252,8 @@ def http_answer(result: InvocationResult) -> HttpAnswer:
 
 
 class LocalPages(Protocol):
-    """What serves LOCAL_PREFIX (tools.local.inspector.api.InspectorApi)."""
+    """What serves a prefix of the stack's own: LOCAL_PREFIX (tools.local.inspector.api.InspectorApi),
+    LAMBDA_API_PREFIX (tools.local.gateway.lambda_api.LambdaApi)."""
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> HttpAnswer: ...
 
@@ -266,9 +276,11 @@ class ApiServer:
         activity: ActivityLog,
         port: int,
         local_pages: LocalPages | None = None,
+        lambda_api: LocalPages | None = None,
     ) -> None:
         self.routes = routes
         self._local_pages = local_pages
+        self._lambda_api = lambda_api
         self._functions = functions
         self._api_ids = api_ids
         self._activity = activity
@@ -304,6 +316,8 @@ class ApiServer:
         if self._local_pages is not None and is_local_path(parts.path):
             # Not an invocation: nothing is recorded in the activity log, so the page's polling adds no line.
             return self._local_pages.handle(method, target, header_pairs, body)
+        if self._lambda_api is not None and is_under(parts.path, LAMBDA_API_PREFIX):
+            return self._lambda_api.handle(method, target, header_pairs, body)  # it records its invocations
         found = self.routes.match(method, parts.path or "/")
         if found is None:
             return _json_answer(HTTPStatus.FORBIDDEN, _MISSING_TOKEN, "MissingAuthenticationTokenException")

@@ -21,7 +21,10 @@ import pytest
 import tools.local.__main__ as local_main
 from operations import local_stack as operations_local
 from tools.local import stack_state
+from tools.local.pollers.event_sources import read_event_sources
 from tools.local.processes import StartupError
+from tools.local.runtime.functions import forced_environment
+from tools.local.services.emulators import Endpoints
 from tools.local.stack import DEFAULT_DATA_DIR, LocalStack
 from tools.local.stack_state import (
     StateLock,
@@ -159,36 +162,61 @@ def test_without_a_stack_on_port_the_operator_commands_say_what_to_do(
     ("command", "values"),
     [("replay", {}), ("recover-slot", {}), ("discard-poison", {}), ("redrive-poison", {"event_id": ["e-1"]})],
 )
-def test_commands_that_need_the_maintenance_function_are_refused_on_a_local_postgres_stack(
+def test_commands_that_need_the_maintenance_function_invoke_it_through_the_stacks_lambda_api(
     tmp_path: Path, listening_port: int, monkeypatch: pytest.MonkeyPatch, command: str, values: dict[str, Any]
 ) -> None:
-    withheld = ["OrderStoreMaintenanceFunctionName", "OutboxPublisherFunctionName"]
-    state = {"outputs": {}, "operator_environment": {}, "withheld_outputs": withheld}
+    """On a local PostgreSQL stack they take the function's name from its outputs and invoke it at the
+    stack's Lambda Invoke API (tests/conformance/test_lambda_invoke_api.py), as on AWS."""
+    lambda_api = f"http://127.0.0.1:{listening_port}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", "before")  # restored after the test
+    outputs = {"OrderStoreMaintenanceFunctionName": "local-OrderStoreMaintenanceFunction"}
+    state = {"outputs": outputs, "operator_environment": {"AWS_ENDPOINT_URL_LAMBDA": lambda_api}}
     write(state_file(3000, tmp_path), os.getpid(), listening_port, **state)
     monkeypatch.delenv("PORT", raising=False)
+    args = namespace(command, **values)
 
-    with pytest.raises(SystemExit, match="serves no Lambda API"):
-        operations_local.use_local_stack(namespace(command, **values), tmp_path)
+    operations_local.use_local_stack(args, tmp_path)
+
+    assert operations_local.outputs(args.stack_name) == outputs
+    assert os.environ["AWS_ENDPOINT_URL_LAMBDA"] == lambda_api
 
 
-@pytest.mark.parametrize(("order_store", "refused"), [("postgres", True), ("dynamodb", False)])
-def test_a_stack_withholds_its_function_outputs_and_only_postgres_names_a_maintenance_function(
-    tmp_path: Path, listening_port: int, monkeypatch: pytest.MonkeyPatch, order_store: str, refused: bool
+def fake_stack(order_store: str, serving: bool) -> LocalStack:
+    """What stack_state reads of a stack: its template, endpoints, queue URLs and (serving) its API."""
+    template = Template.load(parameters={"OrderStore": order_store})
+    api = SimpleNamespace(port=3000) if serving else None
+    stack = SimpleNamespace(
+        template=template,
+        sources=read_event_sources(template),
+        endpoints=Endpoints(dynamodb="http://127.0.0.1:8000", moto="http://127.0.0.1:5000"),
+        api=api,
+        api_url="http://127.0.0.1:3000",
+        queue_url=lambda queue: f"http://127.0.0.1:5000/123456789012/{queue}",
+    )
+    return cast(LocalStack, stack)
+
+
+@pytest.mark.parametrize("order_store", ["postgres", "dynamodb"])
+def test_a_serving_stack_names_its_functions_and_points_the_commands_lambda_clients_at_its_api(
+    order_store: str,
 ) -> None:
-    """The state names the outputs the operator commands cannot use (functions, no Lambda API to invoke
-    them by): a replay on a stack whose template has a maintenance function is refused, saying why; on
-    one without (DynamoDB: the command works on the tables) it goes on."""
-    stack = SimpleNamespace(template=Template.load(parameters={"OrderStore": order_store}))
-    withheld = stack_state.withheld_outputs(cast(LocalStack, stack))
-    assert "OrdersApiFunctionName" in withheld
-    assert all(name.endswith("FunctionName") for name in withheld)
-    assert ("OrderStoreMaintenanceFunctionName" in withheld) is refused
-    state = {"outputs": {}, "operator_environment": {}, "withheld_outputs": withheld}
-    write(state_file(3000, tmp_path), os.getpid(), listening_port, **state)
-    monkeypatch.delenv("PORT", raising=False)
+    """The state names the functions (OrderStore=postgres: the maintenance function too) with the Lambda
+    endpoint to invoke them at, and STS on moto (discard-poison asks who the caller is); the functions'
+    own environment is unchanged (none of them calls Lambda or STS)."""
+    stack = fake_stack(order_store, serving=True)
 
-    if refused:
-        with pytest.raises(SystemExit, match="serves no Lambda API"):
-            operations_local.use_local_stack(namespace("replay"), tmp_path)
-    else:
-        operations_local.use_local_stack(namespace("replay"), tmp_path)
+    outputs = stack_state.local_outputs(stack)
+    environment = stack_state.operator_environment(stack)
+
+    assert outputs["OrdersApiFunctionName"] == stack.template.physical_name("OrdersApiFunction")
+    assert ("OrderStoreMaintenanceFunctionName" in outputs) is (order_store == "postgres")
+    assert environment["AWS_ENDPOINT_URL_LAMBDA"] == "http://127.0.0.1:3000"
+    assert environment["AWS_ENDPOINT_URL_STS"] == "http://127.0.0.1:5000"
+    assert not {"AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL_STS"} & set(forced_environment(stack.endpoints))
+
+
+def test_a_stack_without_its_api_names_no_function_for_a_command_to_invoke_elsewhere() -> None:
+    stack = fake_stack("postgres", serving=False)
+
+    assert not [name for name in stack_state.local_outputs(stack) if name.endswith("FunctionName")]
+    assert "AWS_ENDPOINT_URL_LAMBDA" not in stack_state.operator_environment(stack)
