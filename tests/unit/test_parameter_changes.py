@@ -410,6 +410,22 @@ def test_the_relays_publish_concurrency_reconfigures_the_relays_and_nothing_else
     assert stale_aliases(changes, stack(after)) == {}
 
 
+@pytest.mark.parametrize("snap_start", [SNAPSTART, {}], ids=["SnapStart", "no SnapStart"])
+def test_the_publishers_memory_size_reconfigures_the_publisher_and_nothing_else(snap_start):
+    """PublisherMemorySize is the publisher's own MemorySize: a change modifies that function alone, in
+    place (its log group, schedule and role stay), and reaches its published version behind `live`."""
+    before = {**POSTGRES, **snap_start}
+    after = {**before, "PublisherMemorySize": "1769"}
+    changes = change(before, after)
+
+    assert changes["OutboxPublisherFunction"].action == "modify", str(changes["OutboxPublisherFunction"])
+    assert changes["OutboxPublisherFunction"].paths == ("MemorySize",)
+    # Nothing else acts but the publisher's new version and its alias (with SnapStart).
+    assert {k for k in changes.acting if not k.startswith("OutboxPublisherFunction")} == set()
+    assert stack(after).template["Resources"]["OutboxPublisherFunction"]["Properties"]["MemorySize"] == 1769
+    assert stale_aliases(changes, stack(after)) == {}
+
+
 def test_a_new_shared_layer_publishes_a_new_version_of_every_function_and_reruns_the_migrations():
     """The layer holds the domain code and the schema's migrations: a deploy that changes only it (a
     new migration) must reach the published versions and run the migration custom resource again."""
