@@ -212,7 +212,9 @@ class Console:
         if invocation.trigger == "api":
             return [self._api_line(invocation, label, timing)]
         if invocation.trigger == "schedule":
-            return [self._scheduled_line(invocation, label, timing)]
+            return [self._returned_line(invocation, label, timing, "schedule")]
+        if invocation.trigger == "direct" and not invocation.records:  # the Invoke API, make invoke
+            return [self._returned_line(invocation, label, timing, "invoked by")]
         records = invocation.records
         lines = []
         for record in records[:_MAX_RECORD_LINES]:
@@ -269,9 +271,10 @@ class Console:
             shown_status = self.paint(shown_status, _YELLOW)
         return f"{self._prefix(invocation.at, label)}{text} {shown_status}  {timing}"
 
-    def _scheduled_line(self, invocation: Invocation, label: str, timing: str) -> str:
-        """A scheduled run: what the function returned (the publisher's totals, say), or its error (what it
-        parked or could not publish was printed as it happened: report_line)."""
+    def _returned_line(self, invocation: Invocation, label: str, timing: str, how: str) -> str:
+        """A run with no records: what the function returned (the publisher's totals, a maintenance
+        command's report), or its error (what it parked or could not publish was printed as it happened:
+        report_line)."""
         result = invocation.result
         if result.error is not None:
             error = f"{shown(result.error.error_type)}: {shown(result.error.message, _MAX_ERROR_CHARS)}"
@@ -281,7 +284,7 @@ class Console:
             outcome = " ".join(f"{shown(k)}={shown(v)}" for k, v in fields)
         else:
             outcome = self.paint("ok", _GREEN)
-        return f"{self._prefix(invocation.at, label)}schedule {shown(invocation.source)}  {outcome}  {timing}"
+        return f"{self._prefix(invocation.at, label)}{how} {shown(invocation.source)}  {outcome}  {timing}"
 
     def report_line(self, function: str, report: RecordReport) -> str:
         """A record a function parked in the poison queue, or could not publish, as it said in its log."""

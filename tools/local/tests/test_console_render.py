@@ -319,3 +319,26 @@ def test_the_consoles_own_colours_stay_and_a_records_escape_sequences_do_not() -
     assert "\x1b[33mparked in the relay poison queue" in output, "the console's yellow"
     assert "\\x1b[2J\\x1b[31mOrderCreated" in output, "the record's own sequences, escaped"
     assert "\x1b[2J" not in output
+
+
+@pytest.mark.parametrize(
+    ("result", "says"),
+    [
+        (InvocationResult("req-1", payload={"replayed": 3, "missing": []}), "replayed=3 missing=(list of 0)"),
+        (
+            InvocationResult("req-1", error=FunctionError("ValueError", "no such event")),
+            "FAILED ValueError: no such event",
+        ),
+    ],
+    ids=["returned", "failed"],
+)
+def test_an_invocation_through_the_invoke_api_prints_what_the_function_returned(
+    result: InvocationResult, says: str
+) -> None:
+    console, raw = strict_console()
+    invocation = Invocation("OrderStoreMaintenanceFunction", "direct", "Invoke API", {"replay": {}}, result)
+
+    text = printed(console, raw, console.invocation_lines(invocation))
+
+    assert "invoked by Invoke API" in text
+    assert says in text
