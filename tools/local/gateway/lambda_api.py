@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.gateway.server import LAMBDA_API_PREFIX, HttpAnswer
+from tools.local.runtime.context import function_arn
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 from tools.template import ACCOUNT, REGION
 
@@ -46,10 +47,6 @@ SOURCE = "Invoke API"  # an invocation's source in the activity log
 _TYPES = ("RequestResponse", "Event", "DryRun")
 # The function's own errors are "Unhandled"; these the local stack reports as Lambda's service errors.
 _SERVICE_ERRORS = ("Local.Stopped", "Local.LaunchFailed")
-
-
-def function_arn(name: str, qualifier: str | None = None) -> str:
-    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}" + (f":{qualifier}" if qualifier else "")
 
 
 def parse_function_name(function_name: str) -> tuple[str, str | None] | None:

@@ -63,8 +63,8 @@ from tools.local.pollers.stream_records import (
     lambda_stream_record,
 )
 from tools.local.pollers.threads import MappingThreads
+from tools.local.runtime.context import function_arn
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
-from tools.template import ACCOUNT, REGION
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
@@ -466,7 +466,7 @@ class StreamPoller(MappingThreads):
             lane,
             batch,
             condition,
-            function_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self._function.physical_name}",
+            function_arn=function_arn(self._function.physical_name),
             stream_arn=self._stream_arn,
         )
         try:

@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 from tools.template import ACCOUNT, REGION
 
 
+def function_arn(name: str, qualifier: str | None = None) -> str:
+    """A function's ARN in the local stack's account and region (with a version or alias: qualified)."""
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}" + (f":{qualifier}" if qualifier else "")
+
+
 @dataclass
 class LambdaContext:
     """The attributes and methods of the Python runtime's context object that handlers and Powertools use.
@@ -33,7 +38,7 @@ class LambdaContext:
 
     @property
     def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self.function_name}"
+        return function_arn(self.function_name)
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
