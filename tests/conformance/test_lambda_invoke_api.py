@@ -30,9 +30,10 @@ import pytest
 from botocore.config import Config
 
 from tools.local.console.activity import ActivityLog
-from tools.local.gateway.lambda_api import SOURCE, LambdaApi, function_arn
+from tools.local.gateway.lambda_api import SOURCE, LambdaApi
 from tools.local.gateway.server import ApiServer, RouteConflict, RouteTable
 from tools.local.pollers.event_sources import ApiRoute
+from tools.local.runtime.context import function_arn
 from tools.local.runtime.functions import FunctionRuntime, function_environment
 from tools.local.services.emulators import FAKE_CREDENTIALS, Endpoints
 from tools.template import ACCOUNT, REGION, FunctionSpec
