@@ -46,11 +46,15 @@ help: ## list the targets
 
 # The stamps' recipes, one for each kind, so that both venvs and both Node folders are made alike (the
 # target is the stamp). A venv at $(1), its bin $(2), made with Python 3.13 and the requirements file the
-# rule names first.
+# rule names first. uv installs it: the same pins as pip, fetched in parallel, about 30 s where pip took 150
+# on a fresh machine; bytecode is compiled as pip does, since every function process imports from it. The
+# machine's own certificate store, as pip's is (a proxy's CA lives there).
+UV_VERSION := 0.13.9
 define python-venv
 @py=$$(scripts/find-python313); echo "creating $(1) with $$py"; \
   rm -rf $(1); "$$py" -m venv $(1)
-$(2)/pip install --quiet --disable-pip-version-check -r $<
+$(2)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+$(2)/uv pip install --quiet --system-certs --compile-bytecode --python $(2)/python -r $<
 @touch $@
 endef
 # The locked Node packages of folder $(1), which $(2) needs.
