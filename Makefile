@@ -46,9 +46,9 @@ help: ## list the targets
 
 # The stamps' recipes, one for each kind, so that both venvs and both Node folders are made alike (the
 # target is the stamp). A venv at $(1), its bin $(2), made with Python 3.13 and the requirements file the
-# rule names first. uv installs it: the same pins as pip, fetched in parallel, about 30 s where pip took 150
-# on a fresh machine; bytecode is compiled as pip does, since every function process imports from it. The
-# machine's own certificate store, as pip's is (a proxy's CA lives there).
+# rule names first. uv installs it from the same pins, fetched in parallel: both venvs in about 50 s where
+# pip took 150 on a fresh clone. Bytecode is compiled as pip does, since every function process imports
+# from it; certificates come from the machine's own store, as pip's do (a proxy's CA lives there).
 UV_VERSION := 0.13.9
 define python-venv
 @py=$$(scripts/find-python313); echo "creating $(1) with $$py"; \
