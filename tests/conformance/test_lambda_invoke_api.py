@@ -31,7 +31,7 @@ from botocore.config import Config
 
 from tools.local.console.activity import ActivityLog
 from tools.local.gateway.lambda_api import SOURCE, LambdaApi
-from tools.local.gateway.server import ApiServer, RouteConflict, RouteTable
+from tools.local.gateway.server import LAMBDA_API_PREFIX, ApiServer, RouteConflict, RouteTable
 from tools.local.pollers.event_sources import ApiRoute
 from tools.local.runtime.context import function_arn
 from tools.local.runtime.functions import FunctionRuntime, function_environment
@@ -89,7 +89,9 @@ def lambda_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lambda]:
             spec, name, function_environment(spec, name, endpoints), code_dir / f"{logical_id}.log"
         )
     activity = ActivityLog()
-    server = ApiServer(RouteTable([], {}), functions, {}, activity, 0, None, LambdaApi(functions, activity))
+    server = ApiServer(
+        RouteTable([], {}), functions, {}, activity, 0, {LAMBDA_API_PREFIX: LambdaApi(functions, activity)}
+    )
     server.start()
     try:
         yield Lambda(server, activity)

@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tools.local.console.activity import ActivityLog, Invocation
+from tools.local.console.activity import ActivityLog, invoke_directly
 from tools.local.console.render import Console
 from tools.local.console.reports import FunctionReports
 from tools.local.gateway.lambda_api import LambdaApi
-from tools.local.gateway.server import LOCAL_PREFIX, ApiServer, RouteTable
+from tools.local.gateway.server import LAMBDA_API_PREFIX, LOCAL_PREFIX, ApiServer, RouteTable
 from tools.local.inspector.api import inspector_for
 from tools.local.pollers.checkpoints import CheckpointStore
 from tools.local.pollers.destinations import FailureDestinations
@@ -163,8 +163,11 @@ class LocalStack:
                 api_ids,
                 self.activity,
                 self.options.api_port,
-                inspector_for(self),
-                LambdaApi(self.functions, self.activity),  # the operator commands' maintenance calls
+                # The operator commands invoke the order database's maintenance function at the Lambda API.
+                {
+                    LOCAL_PREFIX: inspector_for(self),
+                    LAMBDA_API_PREFIX: LambdaApi(self.functions, self.activity),
+                },
             )
         if self._owns_services:
             self.services.launch()
@@ -450,10 +453,7 @@ class LocalStack:
 
     def invoke(self, function: str, event: Any) -> InvocationResult:
         """Invoke a function directly (like `aws lambda invoke`), recorded in the activity log."""
-        result = self.functions[function].invoke(event)
-        failed = () if result.ok else (result.request_id,)
-        self.activity.add(Invocation(function, "direct", "invoke", event, result, failed))
-        return result
+        return invoke_directly(self.functions[function], self.activity, event, "invoke")
 
     def wait_for(self, condition: Callable[[], T | None], timeout: float, what: str) -> T:
         """Wait until condition() returns something truthy and return it; TimeoutError after `timeout` s."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tools.local.runtime.functions import InvocationResult
+from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 from tools.local.supervision import describe_error
 
 Trigger = Literal["api", "dynamodb", "sqs", "schedule", "direct"]
@@ -33,6 +33,17 @@ class Invocation:
     def records(self) -> list[dict[str, Any]]:
         records = self.event.get("Records", []) if isinstance(self.event, dict) else []
         return [r for r in records if isinstance(r, dict)]
+
+
+def invoke_directly(
+    function: FunctionRuntime, activity: ActivityLog, event: Any, source: str, *, throttle: bool = False
+) -> InvocationResult:
+    """Invoke a function directly, not from an event source (`make invoke` on a stack, Lambda's Invoke
+    API), and record it in the activity log; every request id of it counts as failed on a function error."""
+    result = function.invoke(event, throttle=throttle)
+    failed = () if result.ok else (result.request_id,)
+    activity.add(Invocation(function.logical_id, "direct", source, event, result, failed))
+    return result
 
 
 # The details key of a queue poller's notice of a message its queue's redrive policy moves to the

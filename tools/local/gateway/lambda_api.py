@@ -33,8 +33,8 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tools.local.console.activity import ActivityLog, Invocation
-from tools.local.gateway.server import LAMBDA_API_PREFIX, HttpAnswer
+from tools.local.console.activity import ActivityLog, invoke_directly
+from tools.local.gateway.server import LAMBDA_API_PREFIX, HttpAnswer, json_answer
 from tools.local.runtime.context import function_arn
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult
 from tools.template import ACCOUNT, REGION
@@ -67,9 +67,8 @@ def parse_function_name(function_name: str) -> tuple[str, str | None] | None:
 
 
 def _error(status: int, code: str, message: str, kind: str = "User", **extra: str) -> HttpAnswer:
-    headers = [("Content-Type", "application/json"), ("x-amzn-ErrorType", code)]
-    headers.append(("x-amzn-RequestId", str(uuid.uuid4())))
-    return HttpAnswer(status, headers, json.dumps({"Type": kind, "Message": message, **extra}).encode())
+    document = {"Type": kind, "Message": message, **extra}
+    return json_answer(status, document, code, [("x-amzn-RequestId", str(uuid.uuid4()))])
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:
@@ -121,10 +120,7 @@ class LambdaApi:
             return _error(HTTPStatus.BAD_REQUEST, "InvalidRequestContentException", message)
         if invocation_type == "DryRun":
             return HttpAnswer(HTTPStatus.NO_CONTENT, [("x-amzn-RequestId", str(uuid.uuid4()))], b"")
-        result = function.invoke(event, str(uuid.uuid4()), throttle=True)
-        failed = () if result.ok else (result.request_id,)
-        self._activity.add(Invocation(function.logical_id, "direct", SOURCE, event, result, failed))
-        return invoke_answer(result)
+        return invoke_answer(invoke_directly(function, self._activity, event, SOURCE, throttle=True))
 
     @staticmethod
     def _refused(invocation_type: str, log_type: str) -> str | None:

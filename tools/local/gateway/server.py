@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -57,10 +58,6 @@ class RouteConflict(ValueError):
 
 def is_under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + "/")
-
-
-def is_local_path(path: str) -> bool:
-    return is_under(path, LOCAL_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -227,18 +224,24 @@ class HttpAnswer:
     body: bytes
 
 
-def _json_answer(status: int, document: dict[str, Any], error_type: str | None = None) -> HttpAnswer:
+def json_answer(
+    status: int,
+    document: dict[str, Any],
+    error_type: str | None = None,
+    extra: list[tuple[str, str]] | None = None,
+) -> HttpAnswer:
+    """A JSON document, with the error type AWS's SDKs read the error code from (x-amzn-ErrorType)."""
     headers = [("Content-Type", "application/json")]
     if error_type:
         headers.append(("x-amzn-ErrorType", error_type))
-    return HttpAnswer(status, headers, json.dumps(document).encode())
+    return HttpAnswer(status, headers + (extra or []), json.dumps(document).encode())
 
 
 def http_answer(result: InvocationResult) -> HttpAnswer:
     """The HTTP response API Gateway makes of a proxy integration's result."""
     payload = result.payload
     if not result.ok or not isinstance(payload, dict) or not isinstance(payload.get("statusCode"), int):
-        return _json_answer(HTTPStatus.BAD_GATEWAY, _INTERNAL_ERROR, "InternalServerErrorException")
+        return json_answer(HTTPStatus.BAD_GATEWAY, _INTERNAL_ERROR, "InternalServerErrorException")
     headers: list[tuple[str, str]] = []
     multi = payload.get("multiValueHeaders") or {}
     for name, values in multi.items():
@@ -252,8 +255,9 @@ def http_answer(result: InvocationResult) -> HttpAnswer:
 
 
 class LocalPages(Protocol):
-    """What serves a prefix of the stack's own: LOCAL_PREFIX (tools.local.inspector.api.InspectorApi),
-    LAMBDA_API_PREFIX (tools.local.gateway.lambda_api.LambdaApi)."""
+    """What serves a prefix of the stack's own: LOCAL_PREFIX (tools.local.inspector.api.InspectorApi, which
+    records nothing in the activity log, so the page's polling adds no line), LAMBDA_API_PREFIX
+    (tools.local.gateway.lambda_api.LambdaApi, which records its invocations)."""
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> HttpAnswer: ...
 
@@ -275,12 +279,13 @@ class ApiServer:
         api_ids: dict[str, str],
         activity: ActivityLog,
         port: int,
-        local_pages: LocalPages | None = None,
-        lambda_api: LocalPages | None = None,
+        served: Mapping[str, LocalPages] | None = None,
     ) -> None:
         self.routes = routes
-        self._local_pages = local_pages
-        self._lambda_api = lambda_api
+        unknown = set(served or {}) - set(_RESERVED_PREFIXES)
+        if unknown:
+            raise ValueError(f"not a prefix the local stack reserves: {', '.join(sorted(unknown))}")
+        self._served = dict(served or {})  # prefix -> what serves it, instead of the template's routes
         self._functions = functions
         self._api_ids = api_ids
         self._activity = activity
@@ -313,14 +318,12 @@ class ApiServer:
         self, method: str, target: str, header_pairs: list[tuple[str, str]], body: bytes, source_ip: str
     ) -> HttpAnswer:
         parts = urlsplit(target)
-        if self._local_pages is not None and is_local_path(parts.path):
-            # Not an invocation: nothing is recorded in the activity log, so the page's polling adds no line.
-            return self._local_pages.handle(method, target, header_pairs, body)
-        if self._lambda_api is not None and is_under(parts.path, LAMBDA_API_PREFIX):
-            return self._lambda_api.handle(method, target, header_pairs, body)  # it records its invocations
+        for prefix, pages in self._served.items():
+            if is_under(parts.path, prefix):
+                return pages.handle(method, target, header_pairs, body)
         found = self.routes.match(method, parts.path or "/")
         if found is None:
-            return _json_answer(HTTPStatus.FORBIDDEN, _MISSING_TOKEN, "MissingAuthenticationTokenException")
+            return json_answer(HTTPStatus.FORBIDDEN, _MISSING_TOKEN, "MissingAuthenticationTokenException")
         route, parameters, resource_path = found
         event = proxy_event(
             method=method,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tools.local.console.activity import ActivityLog, Entry
-from tools.local.gateway.server import ApiServer, HttpAnswer, RouteConflict, RouteTable
+from tools.local.gateway.server import LOCAL_PREFIX, ApiServer, HttpAnswer, RouteConflict, RouteTable
 from tools.local.inspector.api import InspectorApi
 from tools.local.inspector.stack_view import QueueState, message_summary
 from tools.local.operator_commands import CommandRun
@@ -321,7 +321,7 @@ class FixedPages:
 
 def test_the_gateway_hands_local_paths_to_the_inspector_and_records_no_activity() -> None:
     pages, activity = FixedPages(), ActivityLog()
-    server = ApiServer(RouteTable([], {}), {}, {}, activity, 0, pages)
+    server = ApiServer(RouteTable([], {}), {}, {}, activity, 0, {LOCAL_PREFIX: pages})
     try:
         inspector = server.handle("GET", "/_local/api/orders?status=PENDING", [], b"", "127.0.0.1")
         lookalike = server.handle("GET", "/_localish", [], b"", "127.0.0.1")

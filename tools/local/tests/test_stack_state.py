@@ -128,7 +128,11 @@ def namespace(command: str, **values: Any) -> argparse.Namespace:
 def test_the_operator_commands_take_the_outputs_and_endpoints_of_the_stack_on_port(
     tmp_path: Path, listening_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    environment = {"AWS_ENDPOINT_URL_SQS": f"http://127.0.0.1:{listening_port}", "AWS_ACCESS_KEY_ID": "local"}
+    environment = {
+        "AWS_ENDPOINT_URL_SQS": f"http://127.0.0.1:{listening_port}",
+        "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{listening_port}",  # the maintenance function's
+        "AWS_ACCESS_KEY_ID": "local",
+    }
     for name in environment:
         monkeypatch.setenv(name, "before")  # restored after the test
     outputs = {"RelayPoisonQueueUrl": "http://127.0.0.1/123456789012/s-RelayPoisonQueue"}
@@ -156,29 +160,6 @@ def test_without_a_stack_on_port_the_operator_commands_say_what_to_do(
 
     with pytest.raises(SystemExit, match=r"no local stack runs on port 3005 .*\(make local PORT=3005\)"):
         operations_local.use_local_stack(namespace("redrive"), tmp_path)
-
-
-@pytest.mark.parametrize(
-    ("command", "values"),
-    [("replay", {}), ("recover-slot", {}), ("discard-poison", {}), ("redrive-poison", {"event_id": ["e-1"]})],
-)
-def test_commands_that_need_the_maintenance_function_invoke_it_through_the_stacks_lambda_api(
-    tmp_path: Path, listening_port: int, monkeypatch: pytest.MonkeyPatch, command: str, values: dict[str, Any]
-) -> None:
-    """On a local PostgreSQL stack they take the function's name from its outputs and invoke it at the
-    stack's Lambda Invoke API (tests/conformance/test_lambda_invoke_api.py), as on AWS."""
-    lambda_api = f"http://127.0.0.1:{listening_port}"
-    monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", "before")  # restored after the test
-    outputs = {"OrderStoreMaintenanceFunctionName": "local-OrderStoreMaintenanceFunction"}
-    state = {"outputs": outputs, "operator_environment": {"AWS_ENDPOINT_URL_LAMBDA": lambda_api}}
-    write(state_file(3000, tmp_path), os.getpid(), listening_port, **state)
-    monkeypatch.delenv("PORT", raising=False)
-    args = namespace(command, **values)
-
-    operations_local.use_local_stack(args, tmp_path)
-
-    assert operations_local.outputs(args.stack_name) == outputs
-    assert os.environ["AWS_ENDPOINT_URL_LAMBDA"] == lambda_api
 
 
 def fake_stack(order_store: str, serving: bool) -> LocalStack:
