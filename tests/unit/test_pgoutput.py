@@ -107,6 +107,9 @@ def test_messages_the_relay_does_not_use_are_skipped_not_misread(kind: str) -> N
         b"I" + struct.pack("!i", 1) + b"K" + struct.pack("!h", 0),  # an insert without a new tuple
         b"I" + struct.pack("!i", 1) + b"N" + struct.pack("!h", 1) + b"u",  # unchanged TOAST in an insert
         b"R" + struct.pack("!i", 1) + b"public",  # an unterminated string
+        # a value's length that reads negative (the decoder would step back over what it read)
+        b"I" + struct.pack("!i", 1) + b"N" + struct.pack("!h", 1) + b"t" + struct.pack("!i", -4),
+        b"M" + struct.pack("!bq", 1, 1) + b"p\x00" + struct.pack("!i", -1),  # a message content's length too
     ],
 )
 def test_bytes_that_are_not_a_whole_v1_message_are_refused(message: bytes) -> None:

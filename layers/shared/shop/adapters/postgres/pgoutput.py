@@ -75,33 +75,49 @@ Message = Begin | Commit | Relation | Insert | LogicalMessage | Skipped
 _SKIPPED_KINDS = frozenset(b"OYUDT")
 
 
+# Precompiled layouts (network byte order): struct.Struct.unpack_from reads in place, without a slice or a
+# format parse per field; a relay decodes a Begin, an Insert and a Commit per outbox event.
+_INT8, _INT16, _INT32, _INT64 = (struct.Struct(layout) for layout in ("!b", "!h", "!i", "!q"))
+_BEGIN = struct.Struct("!qqI")  # the xid is a TransactionId: unsigned
+_COMMIT = struct.Struct("!bqqq")  # flags (currently unused), commit LSN, end LSN, commit timestamp
+_TYPE_OID_AND_MODIFIER = struct.Struct("!ii")
+_MESSAGE_HEADER = struct.Struct("!bq")  # flags, LSN
+
+
 class _Reader:
-    def __init__(self, data: bytes) -> None:
+    __slots__ = ("_data", "_end", "_offset")
+
+    def __init__(self, data: bytes, offset: int) -> None:
         self._data = data
-        self._offset = 0
+        self._end = len(data)
+        self._offset = offset
+
+    def _advance(self, size: int) -> int:
+        """The offset of the next `size` bytes, which are then taken."""
+        start = self._offset
+        end = start + size
+        if size < 0:  # a length field read as a negative Int32
+            raise DecodingError(f"negative length {size}")
+        if end > self._end:
+            raise DecodingError(f"message truncated: needs {end} bytes, has {self._end}")
+        self._offset = end
+        return start
+
+    def fixed(self, layout: struct.Struct) -> tuple[int, ...]:
+        return layout.unpack_from(self._data, self._advance(layout.size))
 
     def take(self, size: int) -> bytes:
-        end = self._offset + size
-        if end > len(self._data):
-            raise DecodingError(f"message truncated: needs {end} bytes, has {len(self._data)}")
-        chunk = self._data[self._offset : end]
-        self._offset = end
-        return chunk
-
-    def unpack(self, fmt: str) -> tuple[int, ...]:
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))
+        start = self._advance(size)
+        return self._data[start : start + size]
 
     def int8(self) -> int:
-        return self.unpack("!b")[0]
+        return self.fixed(_INT8)[0]
 
     def int16(self) -> int:
-        return self.unpack("!h")[0]
+        return self.fixed(_INT16)[0]
 
     def int32(self) -> int:
-        return self.unpack("!i")[0]
-
-    def int64(self) -> int:
-        return self.unpack("!q")[0]
+        return self.fixed(_INT32)[0]
 
     def string(self) -> str:
         end = self._data.find(b"\x00", self._offset)
@@ -111,26 +127,50 @@ class _Reader:
         self._offset = end + 1
         return text
 
-    def timestamp(self) -> datetime:
-        return POSTGRES_EPOCH + timedelta(microseconds=self.int64())
+    def tuple_data(self) -> tuple[str | None, ...]:
+        """TupleData of an insert: text values, None for NULL."""
+        data, end = self._data, self._end
+        values: list[str | None] = []
+        for _ in range(self.int16()):
+            offset = self._offset
+            if offset >= end:
+                raise DecodingError(f"message truncated: needs {offset + 1} bytes, has {end}")
+            form = data[offset]
+            if form == _NULL:
+                self._offset = offset + 1
+                values.append(None)
+            elif form == _TEXT:
+                self._offset = offset + 1
+                size = self.int32()
+                start = self._advance(size)
+                values.append(data[start : start + size].decode())
+            else:  # 'u' (an unchanged TOASTed value) never occurs in an insert; 'b' needs the binary option
+                raise DecodingError(f"unexpected column form {bytes([form])!r} in an insert")
+        return tuple(values)
 
     def ensure_consumed(self, kind: str) -> None:
-        if self._offset != len(self._data):
-            raise DecodingError(f"{kind}: {len(self._data) - self._offset} bytes left over")
+        if self._offset != self._end:
+            raise DecodingError(f"{kind}: {self._end - self._offset} bytes left over")
+
+
+_NULL, _TEXT = ord("n"), ord("t")
+
+
+def _time(micros: int) -> datetime:
+    return POSTGRES_EPOCH + timedelta(microseconds=micros)
 
 
 def decode_message(data: bytes) -> Message:
     """One pgoutput v1 message."""
     if not data:
         raise DecodingError("empty message")
-    kind, reader = data[0], _Reader(data[1:])
+    kind, reader = data[0], _Reader(data, 1)
     if kind == ord("B"):
-        final_lsn, commit_us, xid = reader.unpack("!qqI")  # the xid is a TransactionId: unsigned
-        message: Message = Begin(final_lsn, POSTGRES_EPOCH + timedelta(microseconds=commit_us), xid)
+        final_lsn, commit_us, xid = reader.fixed(_BEGIN)
+        message: Message = Begin(final_lsn, _time(commit_us), xid)
     elif kind == ord("C"):
-        reader.int8()  # flags, currently unused
-        commit_lsn, end_lsn = reader.int64(), reader.int64()
-        message = Commit(commit_lsn, end_lsn, reader.timestamp())
+        _, commit_lsn, end_lsn, commit_us = reader.fixed(_COMMIT)
+        message = Commit(commit_lsn, end_lsn, _time(commit_us))
     elif kind == ord("R"):
         relation_id, namespace, name = reader.int32(), reader.string(), reader.string()
         reader.int8()  # replica identity setting
@@ -138,15 +178,15 @@ def decode_message(data: bytes) -> Message:
         for _ in range(reader.int16()):
             reader.int8()  # flags: part of the key
             columns.append(reader.string())
-            reader.unpack("!ii")  # type OID, type modifier
+            reader.fixed(_TYPE_OID_AND_MODIFIER)
         message = Relation(relation_id & 0xFFFFFFFF, namespace, name, tuple(columns))
     elif kind == ord("I"):
         relation_id = reader.int32() & 0xFFFFFFFF
         if reader.take(1) != b"N":
             raise DecodingError("insert without a new tuple")
-        message = Insert(relation_id, _tuple_data(reader))
+        message = Insert(relation_id, reader.tuple_data())
     elif kind == ord("M"):
-        flags, lsn = reader.int8(), reader.int64()
+        flags, lsn = reader.fixed(_MESSAGE_HEADER)
         prefix = reader.string()
         message = LogicalMessage(bool(flags & 1), lsn, prefix, reader.take(reader.int32()))
     elif kind in _SKIPPED_KINDS:
@@ -155,19 +195,6 @@ def decode_message(data: bytes) -> Message:
         raise DecodingError(f"unknown message kind {chr(kind)!r}")
     reader.ensure_consumed(chr(kind))
     return message
-
-
-def _tuple_data(reader: _Reader) -> tuple[str | None, ...]:
-    values: list[str | None] = []
-    for _ in range(reader.int16()):
-        form = reader.take(1)
-        if form == b"n":
-            values.append(None)
-        elif form == b"t":
-            values.append(reader.take(reader.int32()).decode())
-        else:  # 'u' (an unchanged TOASTed value) never occurs in an insert; 'b' needs the binary option
-            raise DecodingError(f"unexpected column form {form!r} in an insert")
-    return tuple(values)
 
 
 def lsn_text(lsn: int) -> str:
