@@ -61,6 +61,8 @@ KEEPS_ORDERS = ("OrdersApiFunction", "OrderStatusFunction")  # shop/runtime/wiri
 # the shared package and the handlers to this list or to NOT_ON_FIRST_INVOCATION):
 POSTGRES_ADAPTER = ("shop.adapters.postgres.order_repository", "shop.runtime.wiring.order_database")
 SECRET = ("aws_lambda_powertools.utilities.parameters",)  # the database password, on first connect
+# The publisher's PutEvents transport (PUBLISH_TRANSPORT=crt), and with it awscrt, on its first publish.
+CRT_TRANSPORT = ("shop.adapters.eventbridge_crt",)
 # Imports inside functions that no first invocation of a deployed function runs, and why.
 NOT_ON_FIRST_INVOCATION = {
     "aws_lambda_powertools.Tracer": "TRACE_SDK_CALLS=true only, and then at init (runtime/observability.py)",
@@ -71,9 +73,13 @@ _TIMER = (
     "import sys, time\n"
     "sys.path[:0] = {paths!r}\n"
     "wall, cpu = time.perf_counter, time.process_time\n"
+    # botocore imports awscrt wherever it is installed: boto3 alone is timed without it, and a function that
+    # ships it (the publisher, PUBLISH_TRANSPORT=crt) is charged with it when `app` loads it.
+    "sys.modules['awscrt'] = None\n"
     "w0, c0 = wall(), cpu()\n"
     "import boto3\n"
     "w1, c1 = wall(), cpu()\n"
+    "del sys.modules['awscrt']\n"
     "import {modules}\n"
     "w2, c2 = wall(), cpu()\n"
     "print(w1 - w0, c1 - c0, w2 - w1, c2 - c1)\n"
@@ -109,9 +115,10 @@ def first_use_modules(logical_id: str, environment: Mapping[str, str]) -> tuple[
     """The modules a function's first invocation imports beyond `import app`."""
     if environment.get("ORDER_STORE") != "postgres":
         return ()
-    modules = POSTGRES_ADAPTER if logical_id in KEEPS_ORDERS else ()
+    modules: tuple[str, ...] = POSTGRES_ADAPTER if logical_id in KEEPS_ORDERS else ()
     # Every function of the PostgreSQL store connects on its first invocation, with the secret's password.
-    return modules + (SECRET if environment.get("DATABASE_SECRET_ARN") else ())
+    modules += SECRET if environment.get("DATABASE_SECRET_ARN") else ()
+    return modules + (CRT_TRANSPORT if environment.get("PUBLISH_TRANSPORT") == "crt" else ())
 
 
 def target(name: str) -> float:

@@ -19,9 +19,11 @@ latency in LATENCIES_MS:
   reports no backlog, as the function's loop would before its idle pause. events/s = events published /
   the rounds' wall time.
 Every relay publishes with the publisher the product wires (shop.runtime.wiring.relay.event_publisher)
-through its own boto3 client: however it is configured (PutEvents calls in flight at once), the product
-decides, not the bench. Each relay is timed warm: its EventBridge client exists before the first call, as
-in every invocation after an execution environment's first (whose init the cold start part measures).
+through the transport its function's template environment names (PUBLISH_TRANSPORT: the PostgreSQL
+publisher's is the AWS Common Runtime's, the stream relay's the SDK's boto3 client): however it is
+configured (PutEvents calls in flight at once, transport), the product decides, not the bench. Each relay
+is timed warm: its EventBridge client exists before the first call, as in every invocation after an
+execution environment's first (whose init the cold start part measures).
 The functions log at the template's default LogLevel (INFO: a line per ten events published), their
 output discarded.
 
@@ -282,6 +284,7 @@ def _postgres(
     orders: int,
 ) -> list[dict[str, Any]]:
     location = server.database(f"bench_latency_{relay}")
+    deployed = template.function(PUBLISHER_FUNCTION).environment
     environment = {
         # The deployed publisher's configuration (OrderStore=postgres, PostgresRelay=relay), on the
         # embedded server's socket (trust authentication: no secret).
@@ -293,6 +296,8 @@ def _postgres(
         "DATABASE_USER": "postgres",
         "DATABASE_SECRET_ARN": "",
         "POWERTOOLS_SERVICE_NAME": "outbox-publisher",
+        # Its PutEvents transport as the template deploys it (the AWS Common Runtime's, or the SDK's).
+        "PUBLISH_TRANSPORT": deployed.get("PUBLISH_TRANSPORT") or "sdk",
     }
     with _environment(environment):
         settings = config.get_settings()
@@ -322,7 +327,8 @@ def _postgres(
             result: PublishOutcome[OutboxRow] = publish_round()
             return result
 
-        aws.events()  # a warm function's client (its creation is the cold start's, measured apart)
+        # a warm function's client (its creation is the cold start's, measured apart)
+        aws.events_over_crt() if settings.publish_transport == "crt" else aws.events()
         out = []
         try:
             services = [OrderService(PostgresOrderRepository(w, settings), settings) for w in writers]

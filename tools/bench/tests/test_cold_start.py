@@ -69,6 +69,28 @@ def test_what_the_first_invocation_imports_is_timed_with_the_init() -> None:
     assert cold_start.first_use_modules("OutboxPublisherFunction", postgres) == cold_start.SECRET
     # Locally (no secret) the password is not fetched.
     assert cold_start.first_use_modules("OutboxPublisherFunction", {"ORDER_STORE": "postgres"}) == ()
+    crt = {**postgres, "PUBLISH_TRANSPORT": "crt"}
+    assert cold_start.first_use_modules("OutboxPublisherFunction", crt) == (
+        *cold_start.SECRET,
+        *cold_start.CRT_TRANSPORT,
+    )
+
+
+def test_awscrt_shipped_by_a_function_is_charged_to_it_not_to_import_boto3(tmp_path: Path) -> None:
+    # botocore imports awscrt whenever it can (botocore/compat.py): a function that ships it must not
+    # make its `import boto3` heavier and its ratio lower.
+    code = tmp_path / "function"
+    (code / "boto3").mkdir(parents=True)
+    (code / "boto3" / "__init__.py").write_text("try:\n    import awscrt\nexcept ImportError:\n    pass\n")
+    (code / "awscrt").mkdir()
+    burn = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end:\n    pass\n"
+    (code / "awscrt" / "__init__.py").write_text(burn)
+    (code / "app.py").write_text("import awscrt\n")
+    subject = cold_start.Subject([str(code)], ("app",), {"PATH": os.environ.get("PATH", "")})
+
+    timed = cold_start.sample(subject, write_bytecode=False)
+
+    assert timed.boto3_cpu < 0.1 <= 0.2 <= timed.rest_cpu + 0.01
 
 
 def test_each_variant_has_its_target() -> None:
@@ -94,7 +116,7 @@ def test_every_import_deferred_to_a_function_body_is_timed_or_never_on_a_first_i
     # A module imported on first use is still paid before the first request is served: moving an
     # import into a function must not pass for a cut. Each one is either timed with the init
     # (FIRST_USE) or never runs on a deployed function's first invocation (with the reason).
-    timed = {*cold_start.POSTGRES_ADAPTER, *cold_start.SECRET}
+    timed = {*cold_start.POSTGRES_ADAPTER, *cold_start.SECRET, *cold_start.CRT_TRANSPORT}
     sources = [*(ROOT / "layers" / "shared" / "shop").rglob("*.py"), *(ROOT / "functions").glob("*/*.py")]
     unaccounted = {
         f"{path.relative_to(ROOT)}: {name}"

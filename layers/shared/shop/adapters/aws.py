@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
 
+    from shop.adapters.eventbridge_crt import CrtPutEvents
+
 # The SDK's own retries stay short: the API answers 503 + Retry-After and the relay and consumers
 # have their own retry budgets, so a throttled call should fail fast rather than eat the timeout.
 _CLIENT_CONFIG = Config(
@@ -48,6 +50,17 @@ def events() -> EventBridgeClient:
 
 
 @cache
+def events_over_crt() -> CrtPutEvents:
+    """PutEvents through the AWS Common Runtime, with the SDK client's endpoint, region, timeouts and
+    credentials. Imported on first use: only a function that publishes through it loads awscrt."""
+    from shop.adapters.eventbridge_crt import CrtPutEvents
+
+    client = events()
+    # boto3.client() made it from boto3's default session: the same credentials sign both.
+    return CrtPutEvents(client, boto3.DEFAULT_SESSION.get_credentials() if boto3.DEFAULT_SESSION else None)
+
+
+@cache
 def sqs() -> SQSClient:
     return boto3.client("sqs", config=_CLIENT_CONFIG)
 
@@ -57,7 +70,7 @@ def sns() -> SNSClient:
     return boto3.client("sns", config=_CLIENT_CONFIG)
 
 
-_FACTORIES = (dynamodb, dynamodb_streams, events, sqs, sns)
+_FACTORIES = (dynamodb, dynamodb_streams, events, events_over_crt, sqs, sns)
 
 
 def reset_clients() -> None:

@@ -76,6 +76,7 @@ class EventPublisher:
         base_delay_seconds: float = 0.05,
         max_delay_seconds: float = 2.0,
         max_in_flight: int = 1,
+        transport: str = "sdk",
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
     ) -> None:
@@ -87,6 +88,7 @@ class EventPublisher:
         self._sleep = sleep
         self._jitter = jitter
         self._max_in_flight = max_in_flight
+        self._transport = transport  # "sdk" (boto3) or "crt" (adapters.eventbridge_crt, the same contract)
         self._executor: ThreadPoolExecutor | None = None  # started on first use, kept across invocations
 
     def _backoff(self, attempt: int, remaining_seconds: Callable[[], float]) -> bool:
@@ -109,7 +111,7 @@ class EventPublisher:
         result = PublishResult()
         chunks = ordered_chunks(entries, self._max_request_bytes)
         schedule = ChunkSchedule(entries, chunks)
-        client = aws.events()
+        client = aws.events_over_crt() if self._transport == "crt" else aws.events()
         in_flight: dict[Future[_ChunkResult], int] = {}
         while True:
             for index in schedule.ready(self._max_in_flight - len(in_flight)):

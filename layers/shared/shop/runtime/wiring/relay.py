@@ -9,7 +9,12 @@ from shop.runtime.config import Settings
 
 def event_publisher(settings: Settings) -> EventPublisher:
     bus = settings.require("event_bus_name")
-    return EventPublisher(bus, settings.max_event_bytes, max_in_flight=settings.publish_concurrency)
+    return EventPublisher(
+        bus,
+        settings.max_event_bytes,
+        max_in_flight=settings.publish_concurrency,
+        transport=settings.publish_transport,
+    )
 
 
 def poison_queue(settings: Settings) -> PoisonQueue:

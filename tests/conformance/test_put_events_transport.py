@@ -1,0 +1,251 @@
+"""The PostgreSQL publisher's PutEvents transport (shop.adapters.eventbridge_crt, awscrt) against the SDK,
+the oracle it must match: on the same answers of a scripted endpoint it returns what the boto3 client
+returns and raises what it raises; its SigV4 signature is the one botocore's own signer computes for the
+request it sent; and on the local stack's bus its events arrive as the SDK's do."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+from botocore.exceptions import BotoCoreError, ClientError
+
+from shop.adapters import aws
+from shop.adapters.eventbridge_crt import CrtPutEvents
+from tools.local.services.emulators import LocalServices
+
+ENTRIES: list[dict[str, Any]] = [
+    {"EventBusName": "orders", "Source": "shop.orders", "DetailType": "OrderCreated", "Detail": '{"n": 1}'},
+    {"EventBusName": "orders", "Source": "shop.orders", "DetailType": "OrderConfirmed", "Detail": '{"é": 2}'},
+]
+ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "secret",
+    "AWS_SESSION_TOKEN": "token",
+    "AWS_DEFAULT_REGION": "eu-west-1",
+}
+
+
+class Scripted(ThreadingHTTPServer):
+    """Answers each request with `answer` (status, headers, body) after `delay` seconds; keeps what it got."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.answer: tuple[int, dict[str, str], bytes] = (200, {}, b"{}")
+        self.delay = 0.0
+        self.received: list[tuple[dict[str, str], bytes]] = []
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Scripted
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.received.append(({name.lower(): value for name, value in self.headers.items()}, body))
+        time.sleep(self.server.delay)
+        status, headers, answer = self.server.answer
+        self.send_response(status)
+        for name, value in {"Content-Type": "application/x-amz-json-1.1", **headers}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def session_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A function role's session credentials and region, as Lambda sets them."""
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def endpoint(session_credentials: None) -> Iterator[Scripted]:
+    server = Scripted()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def clients(server: Scripted, read_timeout: float = 5) -> tuple[Any, CrtPutEvents]:
+    """The SDK client as shop.adapters.aws configures it (no SDK retries), and the transport built on it
+    with its session's credentials."""
+    config = Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=read_timeout)
+    session = boto3.session.Session()
+    sdk = session.client("events", endpoint_url=server.endpoint, config=config)
+    return sdk, CrtPutEvents(sdk, session.get_credentials())
+
+
+def test_an_accepted_call_and_a_partial_failure_return_what_the_sdk_returns(endpoint: Scripted) -> None:
+    sdk, crt = clients(endpoint)
+    answer = {
+        "FailedEntryCount": 1,
+        "Entries": [
+            {"EventId": "11710aed-b79e-4468-a20b-bb3c0c3b4860"},
+            {"ErrorCode": "ThrottlingException", "ErrorMessage": "Rate exceeded"},
+        ],
+    }
+    endpoint.answer = (200, {}, json.dumps(answer).encode())
+    from_sdk = sdk.put_events(Entries=ENTRIES)
+    from_crt = crt.put_events(Entries=ENTRIES)
+    assert from_crt["FailedEntryCount"] == from_sdk["FailedEntryCount"] == 1
+    assert from_crt["Entries"] == from_sdk["Entries"]
+    # The same request reached the endpoint: the AWS JSON 1.1 operation and the same entries.
+    (sdk_headers, sdk_body), (crt_headers, crt_body) = endpoint.received
+    assert crt_headers["x-amz-target"] == sdk_headers["x-amz-target"] == "AWSEvents.PutEvents"
+    assert crt_headers["content-type"] == sdk_headers["content-type"]
+    assert crt_headers["x-amz-security-token"] == sdk_headers["x-amz-security-token"] == "token"
+    assert json.loads(crt_body) == json.loads(sdk_body) == {"Entries": ENTRIES}
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        (
+            400,
+            {"x-amzn-RequestId": "r-1"},
+            b'{"__type": "com.amazonaws.events#ValidationException", "message": "bad"}',
+        ),
+        (400, {}, b'{"__type": "AccessDeniedException", "Message": "not allowed"}'),
+        (400, {}, b'{"__type": "ThrottlingException:http://internal.amazon.com/", "message": "slow down"}'),
+        (404, {}, b'{"__type": "ResourceNotFoundException", "message": "Event bus orders does not exist."}'),
+        (400, {}, b"not json at all"),
+        (500, {}, b'{"__type": "InternalException", "message": "oops"}'),
+        (500, {}, b""),
+        (503, {}, b"<html><body>Service Unavailable</body></html>"),
+    ],
+)
+def test_an_error_answer_raises_the_client_error_the_sdk_raises(
+    endpoint: Scripted, status: int, headers: dict[str, str], body: bytes
+) -> None:
+    sdk, crt = clients(endpoint)
+    endpoint.answer = (status, headers, body)
+    with pytest.raises(ClientError) as from_sdk:
+        sdk.put_events(Entries=ENTRIES)
+    with pytest.raises(ClientError) as from_crt:
+        crt.put_events(Entries=ENTRIES)
+    assert from_crt.value.response["Error"] == from_sdk.value.response["Error"]
+    sdk_meta, crt_meta = (
+        from_sdk.value.response["ResponseMetadata"],
+        from_crt.value.response["ResponseMetadata"],
+    )
+    assert crt_meta["HTTPStatusCode"] == sdk_meta["HTTPStatusCode"] == status
+    assert crt_meta.get("RequestId") == sdk_meta.get("RequestId")
+    assert from_crt.value.operation_name == "PutEvents"
+
+
+def test_an_answer_later_than_the_read_timeout_is_a_botocore_error_and_the_next_call_is_not_misread(
+    endpoint: Scripted,
+) -> None:
+    _, crt = clients(endpoint, read_timeout=0.3)
+    endpoint.delay = 1.0
+    endpoint.answer = (
+        200,
+        {},
+        b'{"FailedEntryCount": 0, "Entries": [{"EventId": "late"}, {"EventId": "late"}]}',
+    )
+    began = time.monotonic()
+    with pytest.raises(BotoCoreError):
+        crt.put_events(Entries=ENTRIES)
+    assert time.monotonic() - began < 0.9
+    endpoint.delay = 0.0
+    endpoint.answer = (200, {}, b'{"FailedEntryCount": 0, "Entries": [{"EventId": "a"}, {"EventId": "b"}]}')
+    assert [entry["EventId"] for entry in crt.put_events(Entries=ENTRIES)["Entries"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"[1, 2]"])
+def test_an_accepted_answer_that_is_not_a_json_object_is_a_botocore_error(
+    endpoint: Scripted, body: bytes
+) -> None:
+    _, crt = clients(endpoint)
+    endpoint.answer = (200, {}, body)
+    with pytest.raises(BotoCoreError):
+        crt.put_events(Entries=ENTRIES)
+
+
+def test_an_endpoint_that_refuses_the_connection_is_a_botocore_error(endpoint: Scripted) -> None:
+    _, crt = clients(endpoint)
+    endpoint.shutdown()
+    endpoint.server_close()
+    with pytest.raises(BotoCoreError):
+        crt.put_events(Entries=ENTRIES)
+
+
+def test_the_signature_is_the_one_botocore_computes_for_the_request_sent(endpoint: Scripted) -> None:
+    _, crt = clients(endpoint)
+    endpoint.answer = (200, {}, b'{"FailedEntryCount": 0, "Entries": [{"EventId": "a"}, {"EventId": "b"}]}')
+    crt.put_events(Entries=ENTRIES)
+    [(headers, body)] = endpoint.received
+    algorithm, _, fields = headers["authorization"].partition(" ")
+    parts = dict(part.strip().split("=", 1) for part in fields.split(","))
+    assert algorithm == "AWS4-HMAC-SHA256"
+    amz_date = headers["x-amz-date"]
+    assert parts["Credential"] == f"AKIDEXAMPLE/{amz_date[:8]}/eu-west-1/events/aws4_request"
+    signed = parts["SignedHeaders"].split(";")
+    assert {"host", "x-amz-date", "x-amz-security-token", "x-amz-target", "content-type"} <= set(signed)
+    # botocore's SigV4 over the same method, URL, signed headers, body and time
+    request = AWSRequest(
+        method="POST",
+        url=f"{endpoint.endpoint}/",
+        headers={name: headers[name] for name in signed},
+        data=body,
+    )
+    request.context["timestamp"] = amz_date
+    signer = SigV4Auth(Credentials("AKIDEXAMPLE", "secret", "token"), "events", "eu-west-1")
+    assert signer.signed_headers(signer.headers_to_sign(request)) == parts["SignedHeaders"]
+    expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
+    assert parts["Signature"] == expected
+    assert (
+        abs(
+            (
+                datetime.now(UTC) - datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+            ).total_seconds()
+        )
+        < 60
+    )
+
+
+def test_events_sent_through_it_reach_the_local_stacks_bus_as_the_sdks_do(
+    local_services: LocalServices, monkeypatch: pytest.MonkeyPatch, session_credentials: None
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EVENTS", local_services.endpoints.moto)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EVENTBRIDGE", local_services.endpoints.moto)
+    aws.reset_clients()
+    try:
+        sdk: Any = aws.events()  # called with the same plain dicts as the transport
+        crt = aws.events_over_crt()
+        bus = f"transport-{time.time_ns()}"
+        sdk.create_event_bus(Name=bus)
+        entries = [{**entry, "EventBusName": bus} for entry in ENTRIES]
+        assert crt.put_events(Entries=entries)["FailedEntryCount"] == 0
+        with pytest.raises(ClientError) as missing_bus_crt:
+            crt.put_events(Entries=[{**ENTRIES[0], "EventBusName": f"{bus}-missing"}])
+        with pytest.raises(ClientError) as missing_bus_sdk:
+            sdk.put_events(Entries=[{**ENTRIES[0], "EventBusName": f"{bus}-missing"}])
+        assert missing_bus_crt.value.response["Error"] == missing_bus_sdk.value.response["Error"]
+    finally:
+        aws.reset_clients()
