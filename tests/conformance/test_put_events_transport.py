@@ -19,7 +19,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, CredentialRetrievalError
 
 from shop.adapters import aws
 from shop.adapters.eventbridge_crt import CrtPutEvents
@@ -193,6 +193,22 @@ def test_an_endpoint_that_refuses_the_connection_is_a_botocore_error(endpoint: S
     endpoint.server_close()
     with pytest.raises(BotoCoreError):
         crt.put_events(Entries=ENTRIES)
+
+
+class _ExpiredRefresh(Credentials):
+    """Session credentials whose refresh fails, as botocore's refreshable credentials can."""
+
+    def get_frozen_credentials(self) -> Any:
+        raise CredentialRetrievalError(provider="container-role", error_msg="refresh failed")
+
+
+def test_credentials_that_cannot_be_had_are_a_botocore_error_and_nothing_is_sent(endpoint: Scripted) -> None:
+    sdk, _ = clients(endpoint)
+    with pytest.raises(BotoCoreError):
+        CrtPutEvents(sdk, None).put_events(Entries=ENTRIES)
+    with pytest.raises(BotoCoreError):
+        CrtPutEvents(sdk, _ExpiredRefresh("a", "b")).put_events(Entries=ENTRIES)
+    assert endpoint.received == []
 
 
 def test_the_signature_is_the_one_botocore_computes_for_the_request_sent(endpoint: Scripted) -> None:

@@ -76,13 +76,7 @@ class CrtPutEvents:
         self._connect_timeout = float(config.connect_timeout)
         self._read_timeout = float(config.read_timeout)
         self._credentials = credentials
-        self._signing = auth.AwsSigningConfig(
-            algorithm=auth.AwsSigningAlgorithm.V4,
-            signature_type=auth.AwsSignatureType.HTTP_REQUEST_HEADERS,
-            credentials_provider=auth.AwsCredentialsProvider.new_delegate(self._current_credentials),
-            region=sdk_client.meta.region_name,
-            service="events",
-        )
+        self._region = sdk_client.meta.region_name
         event_loops = crt_io.EventLoopGroup(1)
         self._bootstrap = crt_io.ClientBootstrap(event_loops, crt_io.DefaultHostResolver(event_loops))
         self._socket = crt_io.SocketOptions()
@@ -90,15 +84,24 @@ class CrtPutEvents:
         self._tls = crt_io.ClientTlsContext(crt_io.TlsContextOptions()) if self._secure else None
         self._local = threading.local()
 
-    def _current_credentials(self) -> auth.AwsCredentials:
+    def _signing(self) -> auth.AwsSigningConfig:
+        """SigV4 for this call, with the credentials botocore holds now (refreshed, or its error raised,
+        here: in awscrt's callback a Python error would only be printed)."""
         if self._credentials is None:
             raise NoCredentialsError()
         frozen = self._credentials.get_frozen_credentials()
-        return auth.AwsCredentials(frozen.access_key, frozen.secret_key, frozen.token)
+        return auth.AwsSigningConfig(
+            algorithm=auth.AwsSigningAlgorithm.V4,
+            signature_type=auth.AwsSignatureType.HTTP_REQUEST_HEADERS,
+            credentials_provider=auth.AwsCredentialsProvider.new_static(
+                frozen.access_key, frozen.secret_key, frozen.token
+            ),
+            region=self._region,
+            service="events",
+        )
 
     def put_events(self, *, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        if self._credentials is None:
-            raise NoCredentialsError()
+        signing = self._signing()
         body = json.dumps({"Entries": Entries}).encode()
         request = crt_http.HttpRequest(
             "POST",
@@ -114,7 +117,10 @@ class CrtPutEvents:
             ),
             io.BytesIO(body),
         )
-        signed = auth.aws_sign_request(request, self._signing).result()
+        try:
+            signed = auth.aws_sign_request(request, signing).result()
+        except awscrt.exceptions.AwsCrtError as exc:  # nothing was sent
+            raise HTTPClientError(error=exc) from exc
         status, headers, answer = self._exchange(signed)
         if status == 200:
             try:
@@ -155,18 +161,19 @@ class CrtPutEvents:
     def _exchange(self, request: crt_http.HttpRequest) -> tuple[int, dict[str, str], bytes]:
         connection = self._connection()
         status: list[int] = []
-        headers: dict[str, str] = {}
+        answer_headers: dict[str, str] = {}
         chunks: list[bytes] = []
 
+        # awscrt calls back with keyword arguments: the parameters keep its names.
         def on_response(status_code: int, headers: list[tuple[str, str]], **_: Any) -> None:
             status.append(status_code)
-            received.update((name.lower(), value) for name, value in headers)
+            answer_headers.update((name.lower(), value) for name, value in headers)
 
-        received = headers
+        def on_body(chunk: bytes, **_: Any) -> None:
+            chunks.append(bytes(chunk))
+
         try:
-            stream = connection.request(
-                request, on_response=on_response, on_body=lambda chunk, **_: chunks.append(bytes(chunk))
-            )
+            stream = connection.request(request, on_response=on_response, on_body=on_body)
             stream.activate()
             stream.completion_future.result(self._read_timeout)
         except FutureTimeout as exc:
@@ -175,7 +182,9 @@ class CrtPutEvents:
         except awscrt.exceptions.AwsCrtError as exc:
             connection.close()
             raise HTTPClientError(error=exc) from exc
-        return status[0], headers, b"".join(chunks)
+        if not status:
+            raise HTTPClientError(error=ValueError("the connection ended without an answer"))
+        return status[0], answer_headers, b"".join(chunks)
 
 
 def error_response(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
