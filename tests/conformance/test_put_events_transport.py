@@ -69,6 +69,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
         self.wfile.write(answer)
+        self.close_connection = headers.get("Connection") == "close"
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -156,6 +157,23 @@ def test_an_error_answer_raises_the_client_error_the_sdk_raises(
     assert crt_meta["HTTPStatusCode"] == sdk_meta["HTTPStatusCode"] == status
     assert crt_meta.get("RequestId") == sdk_meta.get("RequestId")
     assert from_crt.value.operation_name == "PutEvents"
+
+
+ACCEPTED = b'{"FailedEntryCount": 0, "Entries": [{"EventId": "a"}, {"EventId": "b"}]}'
+
+
+def test_any_2xx_answer_is_a_result_as_botocore_reads_it(endpoint: Scripted) -> None:
+    sdk, crt = clients(endpoint)
+    endpoint.answer = (202, {}, ACCEPTED)
+    assert crt.put_events(Entries=ENTRIES)["Entries"] == sdk.put_events(Entries=ENTRIES)["Entries"]
+
+
+def test_a_connection_the_endpoint_closes_after_its_answer_is_not_reused(endpoint: Scripted) -> None:
+    _, crt = clients(endpoint)
+    endpoint.answer = (200, {"Connection": "close"}, ACCEPTED)
+    for _ in range(3):  # each call after the first would fail on the closed connection
+        assert crt.put_events(Entries=ENTRIES)["FailedEntryCount"] == 0
+    assert len(endpoint.received) == 3
 
 
 def test_an_answer_later_than_the_read_timeout_is_a_botocore_error_and_the_next_call_is_not_misread(

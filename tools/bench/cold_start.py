@@ -62,6 +62,8 @@ KEEPS_ORDERS = ("OrdersApiFunction", "OrderStatusFunction")  # shop/runtime/wiri
 POSTGRES_ADAPTER = ("shop.adapters.postgres.order_repository", "shop.runtime.wiring.order_database")
 SECRET = ("aws_lambda_powertools.utilities.parameters",)  # the database password, on first connect
 # The publisher's PutEvents transport (PUBLISH_TRANSPORT=crt), and with it awscrt, on its first publish.
+# (On Lambda botocore loads awscrt already at `import boto3`, since the publisher ships it: the same sum,
+# paid in the init, and inside the snapshot with SnapStart.)
 CRT_TRANSPORT = ("shop.adapters.eventbridge_crt",)
 # Imports inside functions that no first invocation of a deployed function runs, and why.
 NOT_ON_FIRST_INVOCATION = {

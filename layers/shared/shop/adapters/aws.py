@@ -52,7 +52,8 @@ def events() -> EventBridgeClient:
 @cache
 def events_over_crt() -> CrtPutEvents:
     """PutEvents through the AWS Common Runtime, with the SDK client's endpoint, region, timeouts and
-    credentials. Imported on first use: only a function that publishes through it loads awscrt."""
+    credentials. Imported on first use: only a function that ships awscrt (the PostgreSQL publisher's
+    requirements.txt) can send through it."""
     from shop.adapters.eventbridge_crt import CrtPutEvents
 
     client = events()

@@ -17,16 +17,20 @@ function would pay for it.
 The contract is the SDK client's `put_events`, as EventPublisher (adapters.eventbridge) uses it, so the
 publisher's retries, checkpoint and poison handling do not depend on the transport:
 - endpoint, region, timeouts and credentials are the boto3 client's (AWS_ENDPOINT_URL_EVENTBRIDGE or
-  _EVENTS; its session's credentials, the function role's, read at each call as botocore reads them, so
-  refreshed when botocore would refresh them);
-- a 200 answer is returned as its JSON (FailedEntryCount, and Entries with an EventId or an ErrorCode
-  and ErrorMessage each);
+  AWS_ENDPOINT_URL; its session's credentials, the function role's, read at each call as botocore reads
+  them, so refreshed when botocore would refresh them);
+- a 2xx answer (EventBridge answers 200) is returned as its JSON (FailedEntryCount, and Entries
+  with an EventId or an ErrorCode and ErrorMessage each), as botocore reads one;
 - any other answer raises botocore's ClientError, its code and message read as botocore's JSON protocol
   parser reads them (BaseJSONParser._do_error_parse and the generic 5xx parse, botocore/parsers.py);
-- a connection that cannot be made, fails, or does not answer within the read timeout raises a
+- a connection that cannot be made, fails, or does not answer within the read timeout, and any error
+  awscrt raises (its errors map to AwsCrtError or to builtins such as MemoryError), raise a
   BotoCoreError: the call's outcome is unknown, the publisher retries it, consumers absorb a duplicate.
-tests/unit/test_eventbridge_crt.py holds each of these against the SDK client on the same answers, and
-the signature against botocore's own SigV4 signer.
+tests/conformance/test_put_events_transport.py holds each of these against the SDK client on the same
+answers, and the signature against botocore's own SigV4 signer.
+Not carried over from botocore: proxies and a custom CA bundle (the system trust store is used: Lambda
+reaches EventBridge directly or through the VPC's interface endpoint), and the X-Amzn-Trace-Id header
+(each entry's TraceHeader carries its event's trace).
 """
 
 from __future__ import annotations
@@ -70,7 +74,9 @@ class CrtPutEvents:
         self._host = url.hostname or ""
         self._secure = url.scheme == "https"
         self._port = url.port or (443 if self._secure else 80)
-        self._host_header = url.netloc
+        # As http.client writes it: the port only when it is not the scheme's, no user information.
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self._host_header = host if url.port in (None, 443 if self._secure else 80) else f"{host}:{url.port}"
         self._path = url.path or "/"
         config = sdk_client.meta.config
         self._connect_timeout = float(config.connect_timeout)
@@ -119,10 +125,10 @@ class CrtPutEvents:
         )
         try:
             signed = auth.aws_sign_request(request, signing).result()
-        except awscrt.exceptions.AwsCrtError as exc:  # nothing was sent
+        except Exception as exc:  # awscrt's errors, whatever their class: nothing was sent
             raise HTTPClientError(error=exc) from exc
         status, headers, answer = self._exchange(signed)
-        if status == 200:
+        if 200 <= status < 300:  # what botocore returns as a result
             try:
                 parsed = json.loads(answer)
             except ValueError:
@@ -153,7 +159,7 @@ class CrtPutEvents:
             connection = opening.result(self._connect_timeout + 1)
         except FutureTimeout as exc:
             raise ConnectTimeoutError(endpoint_url=self.endpoint_url) from exc
-        except awscrt.exceptions.AwsCrtError as exc:
+        except Exception as exc:  # awscrt's errors, whatever their class
             raise EndpointConnectionError(endpoint_url=self.endpoint_url) from exc
         self._local.connection = connection
         return connection
@@ -179,7 +185,7 @@ class CrtPutEvents:
         except FutureTimeout as exc:
             connection.close()  # its answer may still come: it must not be read as the next call's
             raise ReadTimeoutError(endpoint_url=self.endpoint_url) from exc
-        except awscrt.exceptions.AwsCrtError as exc:
+        except Exception as exc:  # awscrt's errors, whatever their class (a callback's included)
             connection.close()
             raise HTTPClientError(error=exc) from exc
         if not status:
