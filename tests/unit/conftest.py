@@ -65,6 +65,17 @@ def order_store_environment(order_database: ConnectionSettings, template: Templa
     }
 
 
+@pytest.fixture(autouse=True)
+def put_events_through_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This layer's AWS is moto in-process, which only the SDK's calls reach: a function the template
+    configures with PUBLISH_TRANSPORT=crt (the PostgreSQL publisher) publishes through the SDK client
+    here, whatever `events` is then (moto's, a recorder). The awscrt transport itself is held to the
+    SDK's behaviour in tests/conformance/test_put_events_transport.py, and runs in the local stack."""
+    from shop.adapters import aws as aws_clients
+
+    monkeypatch.setattr(aws_clients, "events_over_crt", lambda: aws_clients.events())
+
+
 @pytest.fixture
 def aws(fake_credentials: None, template: Template) -> Iterator[None]:
     """moto with every table of template.yaml created from its definition."""
