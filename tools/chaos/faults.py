@@ -1,7 +1,8 @@
 """Fault injection inside a function's worker process, loaded through LOCAL_WORKER_PRELOAD.
 
 Configured by the CHAOS_PLAN environment variable (chaos.plan.Plan as JSON). It wraps botocore's
-BaseClient._make_api_call, through which every AWS call of the function passes, and in consumers it
+BaseClient._make_api_call, through which every AWS call of the function passes (and the PostgreSQL
+publisher's PutEvents over awscrt, shop.adapters.eventbridge_crt, which does not), and in consumers it
 observes Powertools' batch processor to know which message is being handled. The function's code has
 no branch for it: without CHAOS_PLAN (or for a function the plan does not name) nothing is wrapped.
 
@@ -57,7 +58,7 @@ from tools.chaos.faults_api import ApiFaults
 from tools.chaos.faults_consumer import ConsumerFaults
 from tools.chaos.faults_migration import RELAY_MODE_MODULE, MigrationFaults
 from tools.chaos.faults_relay import LOGICAL_RELAY_MODULE, RelayFaults
-from tools.chaos.injection import ApiCall, after_import
+from tools.chaos.injection import ApiCall, after_import, wrap_crt_put_events
 from tools.chaos.plan import (
     API,
     CONSUMER,
@@ -121,6 +122,8 @@ def install(environ: dict[str, str] | None = None) -> Injector | None:
         return injector.call(original, client, operation, params)
 
     setattr(BaseClient, "_make_api_call", make_api_call)  # noqa: B010 - the seam, on purpose
+    if spec.role == RELAY:
+        wrap_crt_put_events(injector._relay)
     if injector.batch is not None:
         injector.batch.install()
     if (

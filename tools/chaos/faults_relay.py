@@ -107,7 +107,10 @@ class RelayFaults(InjectorBase):
         result = original(client, operation, params)
         self._record(kind, operation, event_ids=ids, failed_entry_count=result.get("FailedEntryCount", 0))
         if kind == RELAY_LOST_RESPONSE:
-            raise ReadTimeoutError(endpoint_url=client.meta.endpoint_url)
+            # the SDK client's endpoint, or the awscrt transport's (it has no `meta`)
+            raise ReadTimeoutError(
+                endpoint_url=getattr(client, "endpoint_url", None) or client.meta.endpoint_url
+            )
         raise ChaosCrash(f"chaos: {self.function} dies after PutEvents succeeded")
 
     def _armed_crash(

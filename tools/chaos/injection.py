@@ -324,3 +324,28 @@ def after_import(name: str, then: Callable[[ModuleType], None]) -> None:
         then(module)
     else:
         sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+# The PostgreSQL publisher's PutEvents transport over awscrt (PUBLISH_TRANSPORT=crt), which does not go
+# through botocore's BaseClient._make_api_call.
+CRT_TRANSPORT_MODULE = "shop.adapters.eventbridge_crt"
+
+
+def wrap_crt_put_events(hook: Callable[[ApiCall, Any, str, dict[str, Any]], Any]) -> None:
+    """Send the awscrt transport's PutEvents through `hook(original, transport, "PutEvents", params)`, as
+    botocore's calls go through the BaseClient._make_api_call seam: a fault or a refusal is injected
+    whichever transport the function publishes with."""
+
+    def wrap(module: ModuleType) -> None:
+        send = module.CrtPutEvents.put_events
+
+        def original(transport: Any, operation: str, params: dict[str, Any]) -> Any:
+            return send(transport, Entries=params["Entries"])
+
+        @functools.wraps(send)
+        def put_events(transport: Any, *, Entries: list[dict[str, Any]]) -> Any:
+            return hook(original, transport, "PutEvents", {"Entries": Entries})
+
+        module.CrtPutEvents.put_events = put_events
+
+    after_import(CRT_TRANSPORT_MODULE, wrap)

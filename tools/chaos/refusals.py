@@ -2,7 +2,8 @@
 
 moto accepts every PutEvents entry whose Detail is JSON, and the relay only sends such entries, so a
 refusal by the bus cannot come from the emulator: this module injects it at the seam tools/chaos/faults.py
-uses (botocore's BaseClient._make_api_call), for PutEvents only; every other entry and call goes through.
+uses (botocore's BaseClient._make_api_call, and the awscrt transport's put_events), for PutEvents only;
+every other entry and call goes through.
 It is loaded into a function worker through LOCAL_WORKER_PRELOAD, or runs an operator command:
 
     python -m tools.chaos.refusals redrive-poison ...     # = python -m operations redrive-poison ...
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from botocore.client import BaseClient
+
+from tools.chaos.injection import ApiCall, wrap_crt_put_events
 
 REFUSALS_ENV = "CHAOS_REFUSALS_FILE"
 REFUSAL = {"ErrorCode": "MalformedDetail", "ErrorMessage": "Detail is malformed. (tools.chaos.refusals)"}
@@ -46,22 +49,26 @@ def install(environ: dict[str, str] | None = None) -> bool:
     path = Path(env[REFUSALS_ENV])
     original = getattr(BaseClient, "_make_api_call")  # noqa: B009 - a private method, on purpose
 
-    @functools.wraps(original)
-    def make_api_call(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+    def refusing(send: ApiCall, client: Any, operation: str, params: dict[str, Any]) -> Any:
         refuse = refused_ids(path) if operation == "PutEvents" else set()
         entries: list[dict[str, Any]] = list(params.get("Entries", []))
         refused = [_event_id(entry) in refuse for entry in entries]
         if not any(refused):
-            return original(client, operation, params)
+            return send(client, operation, params)
         results: list[dict[str, Any]] = [dict(REFUSAL) if r else {} for r in refused]
         forward = [position for position, r in enumerate(refused) if not r]
         if forward:
-            sent = original(client, operation, {**params, "Entries": [entries[p] for p in forward]})
+            sent = send(client, operation, {**params, "Entries": [entries[p] for p in forward]})
             for position, outcome in zip(forward, sent["Entries"], strict=True):
                 results[position] = outcome
         return {"FailedEntryCount": sum("ErrorCode" in r for r in results), "Entries": results}
 
+    @functools.wraps(original)
+    def make_api_call(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        return refusing(original, client, operation, params)
+
     setattr(BaseClient, "_make_api_call", make_api_call)  # noqa: B010 - the seam, on purpose
+    wrap_crt_put_events(refusing)  # the PostgreSQL publisher's PutEvents over awscrt
     return True
 
 
