@@ -328,7 +328,7 @@ def _postgres(
             return result
 
         # a warm function's client (its creation is the cold start's, measured apart)
-        aws.events_over_crt() if settings.publish_transport == "crt" else aws.events()
+        aws.put_events_client(settings.publish_transport)
         out = []
         try:
             services = [OrderService(PostgresOrderRepository(w, settings), settings) for w in writers]

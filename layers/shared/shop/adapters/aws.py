@@ -61,6 +61,12 @@ def events_over_crt() -> CrtPutEvents:
     return CrtPutEvents(client, boto3.DEFAULT_SESSION.get_credentials() if boto3.DEFAULT_SESSION else None)
 
 
+def put_events_client(transport: str) -> EventBridgeClient | CrtPutEvents:
+    """What a relay's PutEvents go through: the SDK client ("sdk") or the AWS Common Runtime ("crt",
+    runtime.config's PUBLISH_TRANSPORT)."""
+    return events_over_crt() if transport == "crt" else events()
+
+
 @cache
 def sqs() -> SQSClient:
     return boto3.client("sqs", config=_CLIENT_CONFIG)

@@ -111,7 +111,7 @@ class EventPublisher:
         result = PublishResult()
         chunks = ordered_chunks(entries, self._max_request_bytes)
         schedule = ChunkSchedule(entries, chunks)
-        client = aws.events_over_crt() if self._transport == "crt" else aws.events()
+        client = aws.put_events_client(self._transport)
         in_flight: dict[Future[_ChunkResult], int] = {}
         while True:
             for index in schedule.ready(self._max_in_flight - len(in_flight)):
