@@ -142,6 +142,9 @@ class Figures(RunState):
                 "poison_injected": by_name["dead_letters_exact"].figures["poison_outbox_items"],
                 "relay_poison_queue": by_name["dead_letters_exact"].figures["poison_parked_whole"],
                 "relay_poison_queue_messages": by_name["dead_letters_exact"].figures["poison_queue_messages"],
+                "relay_poison_queue_parked_again": by_name["dead_letters_exact"].figures[
+                    "poison_parked_again_after_rollback"
+                ],
                 "relay_dlq": by_name["dead_letters_exact"].figures["relay_dlq_messages"],
                 "consumer_dlqs": by_name["dead_letters_exact"].figures["consumer_dlq_messages"],
             },
