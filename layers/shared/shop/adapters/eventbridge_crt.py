@@ -35,6 +35,7 @@ reaches EventBridge directly or through the VPC's interface endpoint), and the X
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
 import json
@@ -90,9 +91,11 @@ class CrtPutEvents:
         self._tls = crt_io.ClientTlsContext(crt_io.TlsContextOptions()) if self._secure else None
         self._local = threading.local()
 
-    def _signing(self) -> auth.AwsSigningConfig:
+    def _signing(self, body: bytes) -> auth.AwsSigningConfig:
         """SigV4 for this call, with the credentials botocore holds now (refreshed, or its error raised,
-        here: in awscrt's callback a Python error would only be printed)."""
+        here: in awscrt's callback a Python error would only be printed). The payload's hash is given, as
+        SigV4 hashes it (hex SHA-256 of the body): awscrt would otherwise read the body back through its
+        Python stream wrapper, under the interpreter lock, to hash it."""
         if self._credentials is None:
             raise NoCredentialsError()
         frozen = self._credentials.get_frozen_credentials()
@@ -104,11 +107,12 @@ class CrtPutEvents:
             ),
             region=self._region,
             service="events",
+            signed_body_value=hashlib.sha256(body).hexdigest(),
         )
 
     def put_events(self, *, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        signing = self._signing()
         body = json.dumps({"Entries": Entries}).encode()
+        signing = self._signing(body)
         request = crt_http.HttpRequest(
             "POST",
             self._path,
