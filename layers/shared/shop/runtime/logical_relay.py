@@ -115,9 +115,10 @@ def confirmation(
     after: int | None = None
     activate: list[int] = []
     clean = True
+    settled = done | parked_now if parked_now else done  # once: a union per transaction made rounds quadratic
     for transaction in transactions:
         positions = {row.position for row in transaction.rows}
-        if not positions <= done | parked_now:
+        if not positions <= settled:
             return now, after, activate
         new = [replay_id for replay_id in transaction.replay_ids if replay_id not in activated]
         activate.extend(new)
@@ -326,11 +327,8 @@ def _round(
     )
     published = {row.position for row, _ in outcome.published}
     if earlier or chunk:
-        drained = [
-            each.row.position
-            for each in earlier + chunk
-            if each.row.position in published | parked | set_parked
-        ]
+        finished = published | parked | set_parked  # once, not per row
+        drained = [each.row.position for each in earlier + chunk if each.row.position in finished]
         replays.mark_done(cursor, drained)  # in the transaction of their parked marks
         metrics.add_metric(name="ReplaySetRowsDrained", unit=MetricUnit.Count, value=len(drained))
     activated = replays.activated_among(cursor, [i for t in kept for i in t.replay_ids])
