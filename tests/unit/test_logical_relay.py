@@ -671,6 +671,31 @@ def test_a_replayed_row_parked_leaves_its_set_in_the_transaction_of_its_parked_m
     assert parked == [("o-0001",)]
 
 
+def test_a_set_row_parked_before_its_set_is_drained_leaves_the_set_which_finishes(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A row a set names may be marked parked before the set's chunk reaches it (parked by an earlier round
+    whose set progress was not recorded, or by an operator): it is neither published nor parked again, and
+    it leaves the set with the chunk, so the replay finishes instead of naming the row forever."""
+    write_orders(order_database, 3)
+    drain(database)
+    replay_id = replay_everything(database)
+    with connect(order_database) as connection:
+        connection.execute(
+            "UPDATE outbox SET parked_at = clock_timestamp(), published_at = NULL"
+            " WHERE aggregate_id = 'o-0001'"
+        )
+    recording_bus.accepted.clear()
+    sink = ListSink()
+
+    drain(database, sink)
+
+    assert sink.parked == []
+    assert sorted(order for order, _, _ in recording_bus.accepted) == ["o-0000", "o-0002"]  # replayed once
+    assert set_progress(database, replay_id).pending_event_ids == []
+    assert set_progress(database, replay_id).finished
+
+
 def generate_wal_without_outbox_rows(settings: ConnectionSettings, rows: int) -> None:
     with connect(settings) as connection:
         connection.execute(
