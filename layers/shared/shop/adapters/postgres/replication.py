@@ -136,7 +136,7 @@ def unlock_slot_for_session(cursor: psycopg.Cursor[Any], slot: str) -> None:
 
 
 _PEEK = """
-SELECT lsn::text, data
+SELECT data
 FROM pg_logical_slot_peek_binary_changes(
     %s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s, 'messages', 'true')
 """
@@ -188,7 +188,7 @@ def peek_changes(
     upto = flush_lsn(cursor) if upto_lsn is None else upto_lsn
     cursor.execute(_PEEK, (slot, lsn_text(upto), max_changes, PUBLICATION))
     messages = cursor.fetchall()
-    transactions = list(_transactions(bytes(data) for _, data in messages))
+    transactions = list(_transactions(bytes(data) for (data,) in messages))  # each message names its LSNs
     if len(messages) >= max_changes and transactions:
         return SlotChanges(transactions, transactions[-1].end_lsn)  # stopped at the limit: more to come
     return SlotChanges(transactions, upto)
@@ -272,7 +272,7 @@ def stream_undelivered_positions(
             if not messages:
                 return
             positions: list[int] = []
-            for _, data in messages:
+            for (data,) in messages:
                 message = decode_message(bytes(data))
                 if isinstance(message, Relation) and (message.namespace, message.name) == OUTBOX_TABLE:
                     columns[message.relation_id] = message.columns
