@@ -248,7 +248,8 @@ def render(report: dict[str, Any]) -> str:
             "relay poison queue: parked whole (injected)",
             f"{summary['relay_poison_queue']} ({summary['poison_injected']}); "
             f"messages {summary['relay_poison_queue_messages']}, "
-            f"{summary['relay_poison_queue_parked_again']} of them parked again after the relay died",
+            f"{summary['relay_poison_queue_parked_again']} of them parked again "
+            "(a rolled-back round, a relay that died)",
         ),
         _row("relay DLQ (must stay empty)", summary["relay_dlq"]),
         _row("consumer DLQs", summary["consumer_dlqs"]),

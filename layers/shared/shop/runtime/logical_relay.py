@@ -115,7 +115,7 @@ def confirmation(
     after: int | None = None
     activate: list[int] = []
     clean = True
-    settled = done | parked_now if parked_now else done  # once: a union per transaction made rounds quadratic
+    settled = done | parked_now  # once: a union per transaction made rounds quadratic
     for transaction in transactions:
         positions = {row.position for row in transaction.rows}
         if not positions <= settled:
