@@ -56,7 +56,20 @@ PRODUCT_TEST_TOOLS = {
 }
 # A statement in a string literal: what only shop.adapters.postgres may hold.
 SQL = re.compile(r"\b(SELECT|UPDATE|INSERT INTO|DELETE FROM|SET LOCAL|LOCK TABLE)\b")
-NOT_PROJECT_CODE = {".venv", ".venv-scan", ".aws-sam", ".mutation", "node_modules", ".git"}
+# Environments and output (.gitignore): `make bench` builds the functions, their dependencies with them,
+# into .bench/cold-start.
+NOT_PROJECT_CODE = {
+    ".venv",
+    ".venv-scan",
+    ".aws-sam",
+    ".mutation",
+    "mutants",
+    "node_modules",
+    ".git",
+    ".bench",
+    ".chaos",
+    ".local-data",
+}
 
 
 def module_name(path: Path, source_root: Path) -> str:
