@@ -296,8 +296,9 @@ def _postgres(
         "DATABASE_USER": "postgres",
         "DATABASE_SECRET_ARN": "",
         "POWERTOOLS_SERVICE_NAME": "outbox-publisher",
-        # Its PutEvents transport as the template deploys it (the AWS Common Runtime's, or the SDK's).
+        # Its PutEvents transport and calls in flight as the template deploys them.
         "PUBLISH_TRANSPORT": deployed.get("PUBLISH_TRANSPORT") or "sdk",
+        "PUBLISH_CONCURRENCY": deployed["PUBLISH_CONCURRENCY"],
     }
     with _environment(environment):
         settings = config.get_settings()
@@ -370,6 +371,7 @@ def run(
     """{"stream": [...], "polling": [...], "logical": [...]}, one object per latency."""
     template = Template.load(stack_name=STACK_NAME)
     poison_queue = template.physical_name("RelayPoisonQueue")
+    stream_relay = template.function(RELAY_FUNCTIONS["stream"]).environment
     with LatencyBus() as bus:
         environment = {
             # botocore reads AWS_ENDPOINT_URL_<service id>; EventBridge's id is "EventBridge".
@@ -385,6 +387,8 @@ def run(
             "ORDERS_TABLE_NAME": template.physical_name("OrdersTable"),
             "POWERTOOLS_METRICS_NAMESPACE": "Bench",
             "POWERTOOLS_SERVICE_NAME": "outbox-relay",
+            # Calls in flight as the template deploys the relay (its RelayPublishConcurrency).
+            "PUBLISH_CONCURRENCY": stream_relay["PUBLISH_CONCURRENCY"],
             "POWERTOOLS_TRACE_DISABLED": "true",
         }
         with _environment(environment), _log_level(template.parameter_values["LogLevel"]):
