@@ -108,8 +108,9 @@ def test_after_a_failure_nothing_later_is_sent_but_earlier_chunks_still_are_and_
     schedule.settle(3, failed_at=3)  # c's event failed while a's first was still in flight
     schedule.settle(0)
     assert schedule.ready(10) == [2]  # before the failure: still sent once a's first settled
-    assert schedule.after_failure(4)
-    assert not schedule.after_failure(2)
+    assert schedule.past_a_failure(4)
+    assert not schedule.past_a_failure(2)
+    assert schedule.first_failure() == 3
     for index in (1, 2, 4):
         schedule.settle(index)
     assert schedule.first_unpublished() == 3
@@ -163,3 +164,38 @@ def test_failures_inside_overlapping_chunks_leave_each_order_a_prefix_and_the_ch
     on_bus = set(bus.accepted)
     assert all((e.aggregate, e.sequence) in on_bus for e in entries[:checkpoint])
     assert (entries[checkpoint].aggregate, entries[checkpoint].sequence) not in on_bus
+
+
+def stream_shaped(orders: int, events_per_order: int, gap: int) -> list[OutboxEntry]:
+    """A stream batch's shape: order n's k-th event `gap` records after its previous one, so that entries
+    cannot go in position order into full calls and chunks are packed (ordered_chunks)."""
+    timed = [(o + gap * (s - 1), o, s) for o in range(orders) for s in range(1, events_per_order + 1)]
+    return [order_entry(f"o{o:03d}", s) for _, o, s in sorted(timed)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_failures_inside_packed_chunks_keep_the_checkpoint_exact_and_name_the_entry_that_failed(
+    slow_bus, seed
+):
+    rng = random.Random(seed)
+    entries = stream_shaped(orders=30, events_per_order=3, gap=4)
+    chunks = ordered_chunks(entries, 262_144)
+    assert [len(chunk) for chunk in chunks] == [10] * 9  # 90 entries, every call full
+    assert any(list(chunk) != list(range(chunk[0], chunk[0] + len(chunk))) for chunk in chunks)  # packed
+    stuck = rng.choice(entries[10:])
+    slow_bus.append(SlowBus(latency=0.005, fail={stuck.event_id}))  # it alone fails
+
+    result = publisher(4).publish_in_order(entries)
+
+    bus = slow_bus[-1]
+    assert bus.overlapping_orders == []
+    for order, sequences in bus.sequences().items():
+        assert sequences == list(range(1, len(sequences) + 1)), order
+    assert max(bus.sequences().get(stuck.aggregate, [0])) < stuck.sequence
+    checkpoint = result.first_unpublished
+    assert checkpoint is not None
+    on_bus = set(bus.accepted)
+    assert all((e.aggregate, e.sequence) in on_bus for e in entries[:checkpoint])
+    assert (entries[checkpoint].aggregate, entries[checkpoint].sequence) not in on_bus
+    assert result.first_failed == entries.index(stuck)  # the entry recorded as failed is the one that did
+    assert checkpoint <= result.first_failed

@@ -19,7 +19,7 @@ from shop.domain.event_types import EVENT_TYPES, ORDER_STATUSES, REJECTION_REASO
 from shop.domain.inventory import ReservationStatus
 from shop.domain.orders import Order, OrderLine, OrderStatus, PlaceOrder, RejectionReason
 from shop.domain.outbox import OutboxEntry
-from shop.domain.publishing import ordered_chunks
+from shop.domain.publishing import interleave_orders, ordered_chunks
 
 
 def order(status: OrderStatus = OrderStatus.PENDING) -> Order:
@@ -71,10 +71,39 @@ def test_entry_size_counts_utf8_bytes_and_the_fixed_time_overhead():
 def test_chunks_respect_ten_entries_the_byte_limit_and_one_event_per_aggregate():
     assert [len(c) for c in ordered_chunks([entry(str(n)) for n in range(25)], 10_000)] == [10, 10, 5]
     assert [len(c) for c in ordered_chunks([entry(str(n), 400) for n in range(5)], 1000)] == [2, 2, 1]
+    # a's second event goes to the next chunk; c, after it, still fills the first
     assert [list(c) for c in ordered_chunks([entry("a"), entry("b"), entry("a"), entry("c")], 10_000)] == [
-        [0, 1],
-        [2, 3],
+        [0, 1, 3],
+        [2],
     ]
+
+
+def test_an_entry_that_cannot_join_the_newest_chunk_does_not_cut_it_short():
+    """Orders whose events sit close together in a stream batch, and an entry too large for the chunk
+    it reaches: every call but the last is full, each order's events in chunks of rising index."""
+    entries = [entry(f"o{n // 2}") for n in range(20)] + [entry(f"p{n}") for n in range(10)]
+    chunks = ordered_chunks(entries, 10_000)
+    assert [len(c) for c in chunks] == [10, 10, 10]
+    chunk_of = {position: index for index, chunk in enumerate(chunks) for position in chunk}
+    for first in range(0, 20, 2):
+        assert chunk_of[first] < chunk_of[first + 1]  # an order's second event in a later call
+    assert all(list(chunk) == sorted(chunk) for chunk in chunks)
+
+    sized = [entry("a", 600), entry("b", 600), entry("c", 300), entry("d", 100)]
+    assert [list(c) for c in ordered_chunks(sized, 1000)] == [[0, 2, 3], [1]]
+
+
+def test_an_order_whose_two_events_end_a_batch_does_not_cost_a_call_of_its_own():
+    """Eighteen orders with one event, then one order's two: placed in input order the second would
+    land beside the first in the last call and take a third; placed busiest first, twenty events fill
+    two calls. Each order's events keep their sequence in calls of rising index."""
+    entries = [entry(f"o{n}") for n in range(18)] + [entry("z"), entry("z")]
+    chunks = ordered_chunks(entries, 10_000)
+    assert [len(chunk) for chunk in chunks] == [10, 10]
+    assert [index for index, chunk in enumerate(chunks) for position in chunk if position >= 18] == [0, 1]
+    ranked = interleave_orders(["o1", "z", "o2", "z"], lambda order: order, busiest_first=True)
+    assert ranked == ["z", "o1", "o2", "z"]
+    assert interleave_orders(["o1", "z", "o2", "z"], lambda order: order) == ["o1", "z", "o2", "z"]
 
 
 def test_order_state_machine():

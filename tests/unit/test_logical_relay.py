@@ -823,3 +823,22 @@ def test_a_round_stops_publishing_when_its_share_of_the_invocation_is_used(
 
     assert rounds == [(10, True), (10, True), (10, False)]
     assert len(recording_bus.accepted) == 30  # each once: the slot moved past each slice
+
+
+def test_a_round_that_read_part_of_the_log_ends_on_whole_calls_and_the_rest_leads_the_next_read(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """The log holds more than a round reads: the round publishes whole PutEvents calls of ten and leaves
+    its last few transactions in the slot, read again first by the next round; the round that reads to
+    the end publishes all it read. 25 events in 3 calls, as many as 25 events need."""
+    write_orders(order_database, 25, per_transaction=1)
+
+    first = relay_round(database, max_changes=40)  # about 13 one-row transactions
+
+    assert len(first.published) == 10
+    assert first.backlog
+    assert pending_in_slot(order_database) == 15  # the slot stands after the tenth transaction
+    drain(database, max_changes=40)
+    assert_each_order_in_sequence(recording_bus, 25)
+    assert len(recording_bus.accepted) == 25  # nothing twice
+    assert recording_bus.calls == 3

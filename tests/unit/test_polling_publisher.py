@@ -148,6 +148,26 @@ def test_a_crash_between_put_events_and_commit_republishes_the_round_in_order(
     assert len(recording_bus.accepted) > 24  # the crashed call's events reached the recording_bus twice
 
 
+def test_a_full_claim_publishes_whole_calls_and_its_last_events_lead_the_next_round(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """A round that claimed as many orders as it may (more are pending) publishes whole PutEvents calls
+    of ten; the short call's events, each its order's last in the round, stay pending and go out first
+    in the next round. A claim that is not full publishes all it took."""
+    orders = place_orders(database, 13)
+    advance(database, orders)  # 26 events: every order's first, then every order's second
+
+    first = run_round(database, max_orders=13)
+
+    assert (first.taken, len(first.published), recording_bus.calls) == (20, 20, 2)
+    held = [(order_id, sequence) for order_id, sequence, _, _ in pending_rows(order_database)]
+    assert len(held) == 6
+    assert {sequence for _, sequence in held} == {2}  # its orders' last events, left pending
+    second = run_round(database, max_orders=13)  # six orders: not a full claim
+    assert (second.taken, len(second.published), recording_bus.calls) == (6, 6, 3)
+    assert_each_order_in_sequence(recording_bus, expected_events=26)
+
+
 # --- failures ---------------------------------------------------------------------------------------------
 def test_a_throttled_event_stops_the_round_there_with_its_attempt_recorded(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus

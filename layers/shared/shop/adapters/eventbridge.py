@@ -1,7 +1,9 @@
 """The EventBridge publisher: PutEvents in ordered chunks (shop.domain.publishing), retried entry by entry.
 
 Guarantees of publish_in_order():
-- chunks hold at most 10 entries and at most `max_request_bytes`, in input order;
+- chunks hold at most 10 entries and at most `max_request_bytes`, each in input order; an entry that
+  cannot join the newest chunk joins a later one while later entries of other aggregates fill it
+  (domain.publishing.ordered_chunks), so calls are full but a round's last;
 - a chunk never holds two events of one aggregate, so an aggregate's later event is never accepted
   while an earlier one failed (a failed entry is retried alone; its chunk-mates are other aggregates);
 - retryable failures (throttling, internal errors) are retried with full-jitter backoff while the
@@ -9,9 +11,9 @@ Guarantees of publish_in_order():
 - an entry EventBridge refuses for what it is (`MalformedDetail`, `InvalidArgument`: AWS lists them as
   non-retryable, and no retry or configuration change makes that record acceptable) is reported in
   `rejected`, never counted as published, and does not stop the others: the caller parks it as
-  poison. With `on_rejected`, it is handed over as soon as the entries before it are on the bus and
-  before the next PutEvents call; when the caller cannot put it away, publishing stops there (only
-  its chunk-mates after it, sent in the same call, are on the bus beyond the checkpoint);
+  poison. With `on_rejected`, it is handed over once its call answered, unless an entry before it has
+  failed (then it lies past the checkpoint and comes again); when the caller cannot put it away,
+  publishing stops there (what was sent with it or beside it is on the bus beyond the checkpoint);
 - with `max_in_flight` above 1, chunks of different aggregates are sent concurrently (at AWS's tens of
   milliseconds a call, one call at a time caps a relay near 200 events/s), while an aggregate's events
   are never in flight twice: a chunk waits until the chunks holding its aggregates' earlier events are
@@ -118,6 +120,7 @@ class EventPublisher:
                 in_flight[self._send(client, entries, chunks[index], remaining_seconds)] = index
             if not in_flight:
                 result.first_unpublished = schedule.first_unpublished()
+                result.first_failed = schedule.first_failure()
                 return result
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in sorted(done, key=in_flight.__getitem__):
@@ -126,24 +129,22 @@ class EventPublisher:
                 result.merge(outcome.result)
                 failed_at = outcome.failed_at
                 # Rejected entries before the chunk's failure are handed over in order; one the caller
-                # cannot put away becomes the failure itself. A chunk that was in flight when an earlier
-                # chunk failed lies past the checkpoint: its rejected entries come again and are put
-                # away then.
-                if not schedule.after_failure(index):
-                    for position in sorted(outcome.result.rejected):
-                        if failed_at is not None and position > failed_at:
-                            break
-                        code, message = outcome.result.rejected[position]
-                        if on_rejected is not None and not on_rejected(position, code, message):
-                            failed_at = position
-                            break
+                # cannot put away becomes the failure itself. One after an entry that already failed lies
+                # past the checkpoint: it comes again and is put away then.
+                for position in sorted(outcome.result.rejected):
+                    if (failed_at is not None and position > failed_at) or schedule.past_a_failure(position):
+                        break
+                    code, message = outcome.result.rejected[position]
+                    if on_rejected is not None and not on_rejected(position, code, message):
+                        failed_at = position
+                        break
                 schedule.settle(index, failed_at)
 
     def _send(
         self,
         client: Any,
         entries: Sequence[OutboxEntry],
-        chunk: range,
+        chunk: Sequence[int],
         remaining_seconds: Callable[[], float],
     ) -> Future[_ChunkResult]:
         """Publish one chunk: on a worker thread when calls may overlap, here and now otherwise."""
@@ -159,7 +160,7 @@ class EventPublisher:
         self,
         client: Any,
         entries: Sequence[OutboxEntry],
-        chunk: range,
+        chunk: Sequence[int],
         remaining_seconds: Callable[[], float],
     ) -> _ChunkResult:
         """PutEvents of one chunk, retried entry by entry; touches nothing shared (it may run on a worker)."""

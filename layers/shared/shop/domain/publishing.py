@@ -21,6 +21,9 @@ class PublishResult:
     is: it is never published, whatever its position (callers must not count it as done)."""
 
     first_unpublished: int | None = None  # position of the checkpoint, None when nothing is pending
+    # The entry whose failure stopped publishing (at or after first_unpublished: an entry before it may be
+    # unsent, its chunk waiting on the failed one's).
+    first_failed: int | None = None
     calls: int = 0
     failures_by_code: dict[str, int] = field(default_factory=dict)
     accepted_positions: list[int] = field(default_factory=list)
@@ -61,24 +64,45 @@ class OutboxPublisher(Protocol):
         hand each to `on_rejected` (when given) before anything after its PutEvents call is sent."""
 
 
-def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> list[range]:
-    """Split positions into PutEvents-sized chunks that never repeat an aggregate."""
-    chunks: list[range] = []
-    start, size, aggregates = 0, 0, set[str]()
-    for position, entry in enumerate(entries):
-        full = (
-            position - start == MAX_ENTRIES_PER_CALL
-            or size + entry.size > max_request_bytes
-            or entry.aggregate in aggregates
-        )
-        if full and position > start:
-            chunks.append(range(start, position))
-            start, size, aggregates = position, 0, set()
-        size += entry.size
-        aggregates.add(entry.aggregate)
-    if start < len(entries):
-        chunks.append(range(start, len(entries)))
-    return chunks
+# Earlier chunks an entry may still join: enough to fill every chunk a batch leaves short, few enough
+# that packing stays linear whatever the entries' sizes.
+OPEN_CHUNKS = 16
+
+
+def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> list[tuple[int, ...]]:
+    """Split positions into PutEvents-sized chunks (positions rising in each) that never hold two events of
+    one aggregate, each aggregate's events in chunks of rising index: what a relay may have in flight at
+    once, every call full but the last where the aggregates allow.
+
+    Entries are placed rank by rank (every aggregate's first entry, then every aggregate's second...,
+    the busiest aggregates first in each: interleave_orders), each in the first chunk with room after
+    the one holding its aggregate's previous entry (among the last OPEN_CHUNKS): an aggregate's entries
+    close together in a stream batch do not cut calls short. The placing order is not the sending
+    order: a chunk's entries go in input order, and where publishing stands is a position in `entries`
+    (ChunkSchedule)."""
+    placing = interleave_orders(
+        range(len(entries)), lambda position: entries[position].aggregate, busiest_first=True
+    )
+    chunks: list[list[int]] = []
+    sizes: list[int] = []
+    last_of: dict[str, int] = {}
+    first_open = 0  # chunks before it hold ten entries
+    for position in placing:
+        entry = entries[position]
+        index = max(first_open, len(chunks) - OPEN_CHUNKS, last_of.get(entry.aggregate, -1) + 1)
+        while index < len(chunks) and (
+            len(chunks[index]) == MAX_ENTRIES_PER_CALL or sizes[index] + entry.size > max_request_bytes
+        ):
+            index += 1
+        if index == len(chunks):
+            chunks.append([])
+            sizes.append(0)
+        chunks[index].append(position)
+        sizes[index] += entry.size
+        last_of[entry.aggregate] = index
+        while first_open < len(chunks) and len(chunks[first_open]) == MAX_ENTRIES_PER_CALL:
+            first_open += 1
+    return [tuple(sorted(chunk)) for chunk in chunks]
 
 
 class ChunkSchedule:
@@ -87,12 +111,13 @@ class ChunkSchedule:
     A chunk waits for the last earlier chunk holding each of its aggregates to be settled (every entry of
     it on the bus, or refused and put away): an aggregate's events are never in flight twice, so a later
     event is never accepted while an earlier one can still fail. Chunks of other aggregates go
-    concurrently. Once a chunk failed, no chunk after it is sent; chunks before it still are, when what
-    they wait for settled, so the checkpoint gets as far as it can. Chunks are handed out in order.
+    concurrently. Once an entry failed, no chunk starting after it is sent; chunks starting before it
+    still are, when what they wait for settled, so the checkpoint gets as far as it can. Chunks are
+    handed out in order.
     """
 
-    def __init__(self, entries: Sequence[OutboxEntry], chunks: Sequence[range]) -> None:
-        self._chunks = chunks
+    def __init__(self, entries: Sequence[OutboxEntry], chunks: Sequence[Sequence[int]]) -> None:
+        self._firsts = [chunk[0] for chunk in chunks]
         last_of: dict[str, int] = {}
         self._waits_for: list[frozenset[int]] = []
         for index, chunk in enumerate(chunks):
@@ -106,11 +131,19 @@ class ChunkSchedule:
 
     def ready(self, limit: int) -> list[int]:
         """Up to `limit` chunks that may be sent now, in order; each is taken as sent."""
-        stop = min(self._failed_at, default=len(self._chunks))
-        ready = [index for index in self._unsent if index < stop and self._waits_for[index] <= self._settled][
-            : max(limit, 0)
-        ]
-        self._unsent = [index for index in self._unsent if index not in ready]
+        stop = self.first_failure()
+        ready: list[int] = []
+        unsent: list[int] = []
+        for index in self._unsent:
+            if (
+                len(ready) < limit
+                and (stop is None or self._firsts[index] < stop)
+                and self._waits_for[index] <= self._settled
+            ):
+                ready.append(index)
+            else:
+                unsent.append(index)
+        self._unsent = unsent
         return ready
 
     def settle(self, index: int, failed_at: int | None = None) -> None:
@@ -120,23 +153,47 @@ class ChunkSchedule:
         else:
             self._failed_at[index] = failed_at
 
-    def after_failure(self, index: int) -> bool:
-        """Whether a chunk lies after one that failed (it was in flight when the failure was known)."""
-        return any(failed < index for failed in self._failed_at)
+    def past_a_failure(self, position: int) -> bool:
+        """Whether an entry lies after one that failed (its chunk was in flight when the failure was
+        known): it is not where publishing stands, and comes again."""
+        stop = self.first_failure()
+        return stop is not None and stop < position
+
+    def first_failure(self) -> int | None:
+        """The position of the first entry that failed, None while none did."""
+        return min(self._failed_at.values(), default=None)
 
     def first_unpublished(self) -> int | None:
         """Once nothing is in flight: the position publishing got to, None when every chunk settled."""
-        stops = [self._chunks[index].start for index in self._unsent] + list(self._failed_at.values())
+        stops = [self._firsts[index] for index in self._unsent] + list(self._failed_at.values())
         return min(stops, default=None)
 
 
-def interleave_orders[Event](events: Sequence[Event], order_of: Callable[[Event], Hashable]) -> list[Event]:
+def whole_calls[Event](events: Sequence[Event]) -> Sequence[Event]:
+    """The events that fill whole PutEvents calls (a multiple of ten, the rest left for later), or all of
+    them when they fill none: what a relay publishes of a round when more is ready, so the round does
+    not end on a short call that the next round's events would have filled. Events are in publishing
+    order, so an event left out is its order's last in the round: nothing of its order overtakes it."""
+    whole = len(events) - len(events) % MAX_ENTRIES_PER_CALL
+    return events[:whole] if whole else events
+
+
+def interleave_orders[Event](
+    events: Sequence[Event], order_of: Callable[[Event], Hashable], *, busiest_first: bool = False
+) -> list[Event]:
     """Events regrouped so one PutEvents call carries up to ten orders: every order's first event, then
-    every order's second... Each order's events, and each rank's orders, keep the order given."""
+    every order's second... Each order's events, and each rank's orders, keep the order given; with
+    `busiest_first`, a rank's orders with more events come first, so an order's next event is a rank's
+    length after its previous one, not beside it at the end of a short rank (where it costs a call of
+    its own)."""
+    total: dict[Hashable, int] = {}
+    if busiest_first:
+        for event in events:
+            total[order_of(event)] = total.get(order_of(event), 0) + 1
     nth: dict[Hashable, int] = {}
     ranked = []
     for index, event in enumerate(events):
         order = order_of(event)
         nth[order] = nth.get(order, -1) + 1
-        ranked.append(((nth[order], index), event))
+        ranked.append(((nth[order], -total.get(order, 0), index), event))
     return [event for _, event in sorted(ranked, key=lambda pair: pair[0])]

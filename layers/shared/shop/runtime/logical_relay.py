@@ -60,7 +60,7 @@ from shop.adapters.postgres.replication import (
 from shop.adapters.postgres.slot_recovery import ReplicationSlotLost, lost_slot_detected, read_slot_state
 from shop.domain.errors import ServiceBusy
 from shop.domain.poison import PoisonSink
-from shop.domain.publishing import OutboxPublisher, interleave_orders
+from shop.domain.publishing import MAX_ENTRIES_PER_CALL, OutboxPublisher, interleave_orders
 from shop.runtime.observability import logger, metrics
 from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park
 
@@ -72,7 +72,7 @@ ROUND_RESERVE_SECONDS = 2.0  # and never into the invocation's last seconds
 READ_SHARE = 0.5  # of the round's time, for its read of the slot (statement_timeout)
 MIN_READ_SECONDS = 1.0
 # Rows published between two looks at the clock: 100 PutEvents calls at most, enough to keep the
-# publisher's calls in flight (16 by default) busy; a slice of 100 (10 calls) let at most 10 fly and
+# publisher's calls in flight (32 by default) busy; a slice of 100 (10 calls) let at most 10 fly and
 # emptied them at each slice's end. At AWS's 50 ms a slice of 1,000 takes about 0.35 s.
 SLICE_ROWS = 1000
 SET_ROWS_PER_ROUND = 200  # rows of replay sets a round drains, at most
@@ -133,6 +133,22 @@ def _spills(transaction: DecodedTransaction, spill_rows: int) -> bool:
     """A transaction recorded as a set rather than published whole: more rows than a round publishes, or
     a replay message of the old format (naming its rows inline: any number)."""
     return len(transaction.rows) > spill_rows or bool(transaction.replayed)
+
+
+def _whole_calls(transactions: list[DecodedTransaction]) -> list[DecodedTransaction]:
+    """The leading transactions whose rows fill whole PutEvents calls, the fewest last ones left out (at
+    least one transaction kept); all of them when no such cut exists within a call's worth of rows."""
+    short = sum(len(transaction.rows) for transaction in transactions) % MAX_ENTRIES_PER_CALL
+    if not short:
+        return transactions
+    left = 0
+    for index in range(len(transactions) - 1, 0, -1):
+        left += len(transactions[index].rows)
+        if left >= short + MAX_ENTRIES_PER_CALL:
+            break
+        if left and left % MAX_ENTRIES_PER_CALL == short:
+            return transactions[:index]
+    return transactions
 
 
 def _order_of(row: OutboxRow) -> str:
@@ -228,6 +244,7 @@ def relay_slot_round(
                 changes.transactions,
                 changes.read_to_lsn,
                 state.sets_pending,
+                changes.read_to_lsn < state.flush_lsn,
                 publisher,
                 poison_sink,
                 max_event_bytes=max_event_bytes,
@@ -268,6 +285,7 @@ def _round(
     transactions: list[DecodedTransaction],
     read_to_lsn: int,
     sets_pending: bool,
+    more_ready: bool,
     publisher: OutboxPublisher,
     poison_sink: PoisonSink,
     *,
@@ -292,6 +310,12 @@ def _round(
         if _spills(transaction, spill_rows):  # the next round starts with it
             kept, read_to_lsn = transactions[:index], transactions[index - 1].end_lsn
             break
+    if more_ready and not sets_pending and len(kept) == len(transactions):
+        # The log holds more than the read took: end the round on whole PutEvents calls, the last
+        # transactions left for the next read, which fills their call.
+        whole = _whole_calls(kept)
+        if len(whole) < len(kept):
+            kept, read_to_lsn = whole, whole[-1].end_lsn
     rows = [row for transaction in kept for row in transaction.rows]
     # Parked by an earlier round whose second advance never came: done, not parked again.
     already_parked = parked_among(cursor, [row.position for row in rows])

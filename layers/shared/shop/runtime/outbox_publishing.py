@@ -141,8 +141,9 @@ def publish_and_park[Source: OrderedOutboxEvent](
     on_parked: Callable[[Source, str], None],
 ) -> tuple[PublishOutcome[Source], tuple[Source, str] | None]:
     """Publish events given in publishing order (each order's events in sequence), parking poison whole.
-    Returns the outcome and, when publishing stopped at a failure, the event it stopped at with the error
-    (it and its order's later events are not on the bus; other orders' events after it may be)."""
+    Returns the outcome and, when publishing stopped at a failure, the event that failed with the error
+    (it and its order's later events are not on the bus; other orders' events before or after it may
+    not be, or be: the outcome says which are)."""
     outcome = PublishOutcome[Source](taken=len(events))
     held_back: set[str] = set()  # orders whose earlier event could not be parked
     batch: list[tuple[Source, OutboxEntry]] = []
@@ -164,7 +165,10 @@ def publish_and_park[Source: OrderedOutboxEvent](
     )
     if result.first_unpublished is None:
         return outcome, None
-    failed, failed_entry = batch[result.first_unpublished]
+    # Recorded on the entry that failed (an entry before it may be unsent only because its call waited
+    # for the failed one's).
+    failed_position = result.first_unpublished if result.first_failed is None else result.first_failed
+    failed, failed_entry = batch[failed_position]
     error = ", ".join(f"{code} x{count}" for code, count in result.failures_by_code.items())
     logger.warning(
         "publish failed; the event and its order's later events wait, in order",

@@ -37,7 +37,7 @@ from shop.adapters.postgres.outbox import (
 )
 from shop.domain.errors import ServiceBusy
 from shop.domain.poison import PoisonSink
-from shop.domain.publishing import OutboxPublisher
+from shop.domain.publishing import OutboxPublisher, whole_calls
 from shop.runtime.observability import logger, metrics
 from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park, publish_lags, record_metrics
 
@@ -62,6 +62,10 @@ def publish_pending_round(
     """Claim, publish and mark one round of pending events, in one transaction."""
     with database.transaction() as cursor:
         rows = claim_pending(cursor, max_orders)
+        if len({row.aggregate_id for row in rows}) >= max_orders:
+            # A full claim: more is pending. The short last call's events stay pending (locked until the
+            # COMMIT) and lead the next round, which fills their call.
+            rows = list(whole_calls(rows))
         outcome, failed = publish_and_park(
             rows,
             publisher,
