@@ -5,6 +5,7 @@ first unpublished position exact."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -125,6 +126,17 @@ def test_a_chunk_waiting_on_a_failed_chunk_is_never_sent_and_holds_the_checkpoin
     assert schedule.first_unpublished() == 0
 
 
+def test_after_a_failure_no_chunk_holding_an_entry_past_it_is_sent():
+    """Packed chunks need not be runs: one starting before the failure may hold entries after it. It is
+    not sent, so nothing more goes past the checkpoint (what it holds before the failure waits too)."""
+    entries = [order_entry("a", 1), order_entry("b", 1), order_entry("c", 1), order_entry("d", 1)]
+    schedule = ChunkSchedule(entries, [(1,), (0, 3), (2,)])
+    assert schedule.ready(1) == [0]
+    schedule.settle(0, failed_at=1)
+    assert schedule.ready(10) == []
+    assert schedule.first_unpublished() == 0
+
+
 # --- the publisher, calls in flight ---------------------------------------------------------------------
 def test_chunks_of_different_orders_overlap_and_one_orders_events_never_do(slow_bus):
     slow_bus.append(SlowBus(latency=0.02))
@@ -199,3 +211,56 @@ def test_failures_inside_packed_chunks_keep_the_checkpoint_exact_and_name_the_en
     assert (entries[checkpoint].aggregate, entries[checkpoint].sequence) not in on_bus
     assert result.first_failed == entries.index(stuck)  # the entry recorded as failed is the one that did
     assert checkpoint <= result.first_failed
+
+
+class RejectingBus:
+    """PutEvents refusing some entries for what they are (MalformedDetail) and failing others for good
+    (AccessDeniedException); a call holding a refused entry answers once the failing call has."""
+
+    def __init__(self, refused: str, failing: str) -> None:
+        self.refused, self.failing = refused, failing
+        self.failed = threading.Event()
+        self.accepted: list[str] = []
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        ids = [json.loads(e["Detail"])["id"] for e in Entries]
+        if self.refused in ids:
+            self.failed.wait(5)
+            time.sleep(0.2)  # the publisher has taken the failure in
+        results = []
+        for event_id in ids:
+            if event_id == self.failing:
+                results.append({"ErrorCode": "AccessDeniedException", "ErrorMessage": "injected"})
+            elif event_id == self.refused:
+                results.append({"ErrorCode": "MalformedDetail", "ErrorMessage": "injected"})
+            else:
+                self.accepted.append(event_id)
+                results.append({"EventId": event_id})
+        if self.failing in ids:
+            self.failed.set()
+        return {"FailedEntryCount": sum("ErrorCode" in r for r in results), "Entries": results}
+
+
+def test_an_entry_refused_past_a_failure_holds_its_orders_later_events_back(slow_bus):
+    """e's first event is refused after a's failed: it lies past the checkpoint, so it is not parked now,
+    and e's second event (packed into a call that starts before the failure) must not reach the bus
+    while e's first is neither on the bus nor parked."""
+    names = "bcdaeeca"  # positions: 3 is a's first (fails), 4 e's first (refused), 5 e's second
+    seen: dict[str, int] = {}
+    entries = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        entries.append(dataclasses.replace(order_entry(name, seen[name]), size=100))
+    assert ordered_chunks(entries, 200) == [(1, 3), (0, 4), (2, 5), (6, 7)]
+    bus = RejectingBus(refused=entries[4].event_id, failing=entries[3].event_id)
+    slow_bus.append(bus)  # type: ignore[arg-type]
+    parked: list[int] = []
+
+    result = EventPublisher("orders-bus", 200, max_in_flight=8, sleep=lambda _: None).publish_in_order(
+        entries, lambda: 60.0, lambda position, code, message: parked.append(position) is None
+    )
+
+    assert entries[5].event_id not in bus.accepted
+    assert parked == []  # past the checkpoint: it comes again
+    assert result.first_unpublished == 2
+    assert result.first_failed == 3

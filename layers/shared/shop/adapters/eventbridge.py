@@ -130,9 +130,14 @@ class EventPublisher:
                 failed_at = outcome.failed_at
                 # Rejected entries before the chunk's failure are handed over in order; one the caller
                 # cannot put away becomes the failure itself. One after an entry that already failed lies
-                # past the checkpoint: it comes again and is put away then.
+                # past the checkpoint: it is not put away now but comes again, and its chunk is not
+                # settled (its order's later events must not go out while it is neither on the bus nor
+                # put away).
                 for position in sorted(outcome.result.rejected):
-                    if (failed_at is not None and position > failed_at) or schedule.past_a_failure(position):
+                    if failed_at is not None and position > failed_at:
+                        break
+                    if schedule.past_a_failure(position):
+                        failed_at = position
                         break
                     code, message = outcome.result.rejected[position]
                     if on_rejected is not None and not on_rejected(position, code, message):

@@ -111,13 +111,14 @@ class ChunkSchedule:
     A chunk waits for the last earlier chunk holding each of its aggregates to be settled (every entry of
     it on the bus, or refused and put away): an aggregate's events are never in flight twice, so a later
     event is never accepted while an earlier one can still fail. Chunks of other aggregates go
-    concurrently. Once an entry failed, no chunk starting after it is sent; chunks starting before it
-    still are, when what they wait for settled, so the checkpoint gets as far as it can. Chunks are
-    handed out in order.
+    concurrently. Once an entry failed, no chunk holding an entry after it is sent (nothing more goes
+    past the checkpoint); chunks wholly before it still are, when what they wait for settled, so the
+    checkpoint gets as far as it can. Chunks are handed out in order.
     """
 
     def __init__(self, entries: Sequence[OutboxEntry], chunks: Sequence[Sequence[int]]) -> None:
         self._firsts = [chunk[0] for chunk in chunks]
+        self._lasts = [chunk[-1] for chunk in chunks]
         last_of: dict[str, int] = {}
         self._waits_for: list[frozenset[int]] = []
         for index, chunk in enumerate(chunks):
@@ -137,7 +138,7 @@ class ChunkSchedule:
         for index in self._unsent:
             if (
                 len(ready) < limit
-                and (stop is None or self._firsts[index] < stop)
+                and (stop is None or self._lasts[index] < stop)
                 and self._waits_for[index] <= self._settled
             ):
                 ready.append(index)
