@@ -15,6 +15,7 @@ so the publish lag stays under a second.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import asdict
 from functools import cache
 from typing import Any
@@ -81,3 +82,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         return {"relayModeMismatch": {"runningAs": exc.running, "outboxRelayMode": exc.mode}}
     logger.info("polling ended", extra=asdict(totals))
     return asdict(totals)
+
+
+# The objects the init created (modules, clients, settings) live as long as the environment: out of the
+# cyclic garbage collector's way, whose full passes otherwise walk them all again while the relay decodes
+# and publishes (a fifth of the logical relay's CPU per event: docs/performance.md, "Relays at AWS latency").
+gc.freeze()
