@@ -18,7 +18,7 @@ from shop.adapters.eventbridge import EventPublisher
 from shop.domain.envelope import CloudEvent
 from shop.runtime.config import Settings
 from tests.support import load_event
-from tests.support.output import metric_values
+from tests.support.output import logged_with, metric_values
 from tests.unit.fakes import FaultyEventBridge
 from tools.template import Template
 
@@ -37,16 +37,20 @@ def records(name: str) -> list[dict[str, Any]]:
     return list(load_event(name)["Records"])
 
 
-def outbox_stream_records(n: int, trace_header: str | None = None) -> list[dict[str, Any]]:
-    """n stream records of OrderCreated outbox items of n orders, built by the writers' own code."""
+def outbox_stream_records(
+    n: int, trace_header: str | None = None, events_per_order: int = 1
+) -> list[dict[str, Any]]:
+    """n stream records of outbox items of n // events_per_order orders, each order's events one after
+    the other (OrderCreated, then OrderNoted), built by the writers' own code."""
     out = []
     for i in range(n):
+        order, sequence = divmod(i, events_per_order)
         event = CloudEvent.new(
             source="shop.orders",
-            type="OrderCreated",
-            subject=f"o-{i:032x}",
-            sequence=1,
-            data={"orderId": f"o-{i:032x}"},
+            type="OrderCreated" if sequence == 0 else "OrderNoted",
+            subject=f"o-{order:032x}",
+            sequence=sequence + 1,
+            data={"orderId": f"o-{order:032x}"},
             correlation_id=f"corr-{i}",
         )
         image = outbox_item(
@@ -322,6 +326,29 @@ def test_an_aggregates_later_event_is_never_sent_before_its_failed_predecessor(f
     assert failures == [created["dynamodb"]["SequenceNumber"]]
     assert event_id(cancelled) not in faulty_bus.sent_ids()
     assert bus() == []
+
+
+def test_a_failure_is_logged_with_the_event_that_failed_and_the_checkpoint_may_lie_before_it(
+    faulty_bus, bus, invoke, caplog
+):
+    """Ten orders' two events one after the other: every order's first goes in one call, every second in
+    the next, which waits for the first. The sixth order's first event fails for good: nothing of the
+    second call is sent, so the checkpoint is the first order's second event (record 2), and the log
+    names the event that failed, not the one the checkpoint stands at."""
+    batch = outbox_stream_records(20, events_per_order=2)
+    failing = batch[10]
+    faulty_bus.fail_permanently = {event_id(failing)}
+
+    failures = relay(invoke, batch)
+
+    assert failures == [batch[1]["dynamodb"]["SequenceNumber"]]
+    assert len(faulty_bus.calls) == 1
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(
+        event_id(r) for r in batch[0:20:2] if r is not failing
+    )
+    (line,) = logged_with(caplog, "publish failed; checkpointing")
+    assert line["event_id"] == event_id(failing)
+    assert line["sequence_number"] == batch[1]["dynamodb"]["SequenceNumber"]
 
 
 def test_filter_criteria_admit_only_outbox_inserts(template: Template):

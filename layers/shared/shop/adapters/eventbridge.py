@@ -18,9 +18,10 @@ Guarantees of publish_in_order():
   milliseconds a call, one call at a time caps a relay near 200 events/s), while an aggregate's events
   are never in flight twice: a chunk waits until the chunks holding its aggregates' earlier events are
   settled (domain.publishing.ChunkSchedule);
-- on the first failure that remains, no chunk after it is sent (those already in flight complete, and
-  are on the bus past the checkpoint: a retry republishes them, which consumers absorb), and the
-  position of the first unpublished entry is returned, so the caller can checkpoint exactly there.
+- on the first failure that remains, no chunk holding an entry after it is sent (those answered or in
+  flight before it was known may hold such entries: they are on the bus past the checkpoint, a retry
+  republishes them, which consumers absorb), and the position of the first unpublished entry is
+  returned, so the caller can checkpoint exactly there.
   Non-retryable errors of the account's configuration (`AccessDeniedException`,
   `NotAuthorizedForSourceException`, ...) are such failures: the stream waits in order until an
   operator fixes the permission.

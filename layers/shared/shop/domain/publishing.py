@@ -46,9 +46,10 @@ class PublishResult:
         self.rejected.update(chunk.rejected)
 
 
-# Called with (position, error code, message) for an entry the bus refused for what it is, once the
-# entries before it are on the bus; True when the caller has put the entry away (parked it), False to
-# stop publishing there (the position becomes first_unpublished).
+# Called with (position, error code, message) for an entry the bus refused for what it is, once its call
+# answered and unless an entry before it failed; True when the caller has put the entry away (parked
+# it), False to stop publishing there (the entry becomes a failure: first_failed, at or after
+# first_unpublished).
 OnRejected = Callable[[int, str, str], bool]
 
 
@@ -59,9 +60,11 @@ class OutboxPublisher(Protocol):
         remaining_seconds: Callable[[], float] = ...,
         on_rejected: OnRejected | None = None,
     ) -> PublishResult:
-        """Publish in input order; stop at the first failure that remains (its position is the
-        result's first_unpublished); report entries refused for what they are in `rejected`, and
-        hand each to `on_rejected` (when given) before anything after its PutEvents call is sent."""
+        """Publish each aggregate's entries in input order; stop at the first failure that remains
+        (its position is the result's first_failed; first_unpublished, at or before it, is where
+        publishing stands: every entry before it is on the bus or put away); report entries refused
+        for what they are in `rejected`, and hand each to `on_rejected` (when given) unless an entry
+        before it failed."""
 
 
 # Earlier chunks an entry may still join: enough to fill every chunk a batch leaves short, few enough
@@ -72,7 +75,7 @@ OPEN_CHUNKS = 16
 def ordered_chunks(entries: Sequence[OutboxEntry], max_request_bytes: int) -> list[tuple[int, ...]]:
     """Split positions into PutEvents-sized chunks (positions rising in each) that never hold two events of
     one aggregate, each aggregate's events in chunks of rising index: what a relay may have in flight at
-    once, every call full but the last where the aggregates allow.
+    once, with few short calls (in the bench's rounds and batches, none but a round's last).
 
     Entries are placed rank by rank (every aggregate's first entry, then every aggregate's second...,
     the busiest aggregates first in each: interleave_orders), each in the first chunk with room after

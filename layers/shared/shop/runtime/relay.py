@@ -13,8 +13,8 @@ Poison is parked in stream order: a poison record is parked after everything bef
 and before anything after it is sent, so when the poison queue fails, the checkpoint at the poison
 record holds back records that were never sent, and no retry puts anything on the bus twice. An entry
 EventBridge itself rejects is only known once its PutEvents call answered: if it cannot be parked,
-its chunk-mates after it in that one call (at most 9 events of other aggregates) are sent again by
-the retry; consumers deduplicate them by event id.
+what was sent past it (in its call and in the calls answered or in flight before: events of other
+aggregates) is sent again by the retry; consumers deduplicate them by event id.
 """
 
 from __future__ import annotations
@@ -123,7 +123,10 @@ def _publish_segment(
     result = publish_entries(batch, publisher, poison_sink, outcome, remaining_seconds=remaining_seconds)
     if result.first_unpublished is None:
         return None
-    stop, failed_entry = segment[result.first_unpublished]
+    stop = segment[result.first_unpublished][0]
+    # The event that failed; the checkpoint may lie before it (an event whose call waited for its call's).
+    failed = result.first_unpublished if result.first_failed is None else result.first_failed
+    failed_entry = segment[failed][1]
     logger.warning(
         "publish failed; checkpointing",
         extra={
