@@ -253,11 +253,15 @@ def test_an_entry_refused_past_a_failure_holds_its_orders_later_events_back(slow
         entries.append(dataclasses.replace(order_entry(name, seen[name]), size=100))
     assert ordered_chunks(entries, 200) == [(1, 3), (0, 4), (2, 5), (6, 7)]
     bus = RejectingBus(refused=entries[4].event_id, failing=entries[3].event_id)
-    slow_bus.append(bus)  # type: ignore[arg-type]
+    slow_bus.append(bus)
     parked: list[int] = []
 
+    def park(position: int, code: str, message: str) -> bool:
+        parked.append(position)
+        return True
+
     result = EventPublisher("orders-bus", 200, max_in_flight=8, sleep=lambda _: None).publish_in_order(
-        entries, lambda: 60.0, lambda position, code, message: parked.append(position) is None
+        entries, lambda: 60.0, park
     )
 
     assert entries[5].event_id not in bus.accepted
