@@ -53,6 +53,7 @@ invocations (stream) or rounds (PostgreSQL). Every event written must reach the 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -92,6 +93,10 @@ RELAYS = ("stream", "polling", "logical")
 TARGET_LATENCY_MS = 50
 TARGET_EVENTS_PER_S = {"stream": 400, "polling": 3000, "logical": 3000}
 TARGET_CALLS_PER_EVENT = 0.10
+# A drain may end on one short call: its last round holds what is left of the backlog, which can be an
+# order's two events that no call may carry together (1 in 18 of simulated drains of the PostgreSQL
+# relays' 2,000 orders, after the other rounds ended on whole calls: docs/performance.md).
+SHORT_CALLS_PER_DRAIN = 1
 LAMBDA_MB_PER_VCPU = 1769  # the Lambda developer guide, "Configure Lambda function memory"
 # 2,000 orders are 4,400 events waiting (created, confirmed, one in five cancelled): at the 3,000 events/s
 # targeted at 50 ms a drain lasts about 1.5 s, long enough that a round's fixed costs and the last short
@@ -420,6 +425,12 @@ def at(results: dict[str, Any], relay: str, latency_ms: int) -> dict[str, Any]:
         if row["putevents_ms"] == latency_ms:
             return dict(row)
     raise KeyError(f"{relay} at {latency_ms} ms")
+
+
+def calls_within_target(row: dict[str, Any]) -> bool:
+    """At most 0.10 PutEvents calls per event, but for one short call per drain (a relay and latency's
+    run: SHORT_CALLS_PER_DRAIN)."""
+    return int(row["calls"]) <= math.ceil(row["events"] * TARGET_CALLS_PER_EVENT) + SHORT_CALLS_PER_DRAIN
 
 
 def every_row(results: dict[str, Any]) -> list[dict[str, Any]]:

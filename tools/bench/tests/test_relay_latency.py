@@ -96,11 +96,14 @@ def test_the_targets_read_each_relay_at_50_ms_and_every_latency_for_order_and_ca
     assert not _met(
         TARGETS["relays at AWS latency: 0 events out of order (every relay, every latency)"], inverted
     )
-    chatty = measured(calls_per_event=0.105)
-    assert not _met(
-        TARGETS["relays at AWS latency: PutEvents calls per event <= 0.10 (every relay, every latency)"],
-        chatty,
-    )
+    calls_target = TARGETS[
+        "relays at AWS latency: PutEvents calls per event <= 0.10 (every relay, every latency)"
+    ]
+    chatty = measured(calls_per_event=0.105, calls=462)
+    assert not _met(calls_target, chatty)
+    # A drain's last call may be short (what is left of the backlog); a second short call misses.
+    assert _met(calls_target, measured(calls_per_event=441 / 4400, calls=441))
+    assert not _met(calls_target, measured(calls_per_event=442 / 4400, calls=442))
     # The part not run: its targets read as missed.
     assert not any(_met(TARGETS[name], {}) for name in LATENCY_TARGETS)
 
