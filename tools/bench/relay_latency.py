@@ -430,7 +430,7 @@ def at(results: dict[str, Any], relay: str, latency_ms: int) -> dict[str, Any]:
 def calls_within_target(row: dict[str, Any]) -> bool:
     """At most 0.10 PutEvents calls per event, but for one short call per drain (a relay and latency's
     run: SHORT_CALLS_PER_DRAIN)."""
-    return int(row["calls"]) <= math.ceil(row["events"] * TARGET_CALLS_PER_EVENT) + SHORT_CALLS_PER_DRAIN
+    return int(row["calls"]) <= math.ceil(int(row["events"]) * TARGET_CALLS_PER_EVENT) + SHORT_CALLS_PER_DRAIN
 
 
 def every_row(results: dict[str, Any]) -> list[dict[str, Any]]:
