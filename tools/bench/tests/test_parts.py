@@ -39,7 +39,16 @@ def test_no_target_reads_the_local_stack() -> None:
             }
         },
         "relays_at_aws_latency": {
-            relay: [{"putevents_ms": 50, "events_per_s": 3000, "calls_per_event": 0.1, "out_of_order": 0}]
+            relay: [
+                {
+                    "putevents_ms": 50,
+                    "events_per_s": 3000,
+                    "calls_per_event": 0.1,
+                    "out_of_order": 0,
+                    "events": 4400,
+                    "calls": 440,
+                }
+            ]
             for relay in ("stream", "polling", "logical")
         },
     }
