@@ -88,6 +88,7 @@ function route() {
 }
 
 let refreshing = false;
+let queuesShown = "";  // what the queue view last drew (renderQueues)
 async function refresh() {
   if (refreshing) return;
   refreshing = true;
@@ -297,6 +298,11 @@ async function renderQueues() {
   showError(null);
   renderBadge(result);
   const view = document.getElementById("view");
+  // Redrawn only when what it shows changed: a redraw replaces the buttons, and a click whose press and
+  // release straddle it is lost (the press on the old button, the release on the new one).
+  const shown = JSON.stringify([result, state.report, state.busy]);
+  if (view.dataset.view === "queues" && shown === queuesShown) return;
+  queuesShown = shown;
   const cards = result.queues.map((queue) => {
     const total = queue.visible + queue.inFlight + queue.delayed;
     const header = h("header", {},
