@@ -66,7 +66,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     return {"batchItemFailures": [{"itemIdentifier": outcome.checkpoint}]}
 
 
-# The objects the init created (modules, clients, settings) live as long as the environment: out of the
-# cyclic garbage collector's way, whose full passes otherwise walk them all again while the relay decodes
-# and publishes (a fifth of the logical relay's CPU per event: docs/performance.md, "Relays at AWS latency").
+# The init's objects out of the cyclic garbage collector's full passes, as in the outbox publisher (see
+# there and docs/performance.md, "Relays at AWS latency").
 gc.freeze()

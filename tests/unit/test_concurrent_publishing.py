@@ -18,7 +18,7 @@ import pytest
 import shop.adapters.aws
 from shop.adapters.eventbridge import EventPublisher
 from shop.domain.outbox import OutboxEntry
-from shop.domain.publishing import ChunkSchedule, ordered_chunks
+from shop.domain.publishing import ChunkSchedule, PublishResult, ordered_chunks
 from tests.support.outbox_entries import order_entry
 
 
@@ -152,6 +152,24 @@ def test_chunks_of_different_orders_overlap_and_one_orders_events_never_do(slow_
     assert all(sequences == [1, 2, 3, 4, 5] for sequences in bus.sequences().values())
 
 
+def assert_prefixes_and_an_exact_checkpoint(
+    bus: SlowBus, entries: list[OutboxEntry], stuck: OutboxEntry, result: PublishResult
+) -> int:
+    """No order in two calls at once; every order's events on the bus are its first ones, in sequence, and
+    never past the stuck event; everything before the checkpoint is on the bus, the entry at it is not.
+    Returns the checkpoint."""
+    assert bus.overlapping_orders == []
+    for order, sequences in bus.sequences().items():
+        assert sequences == list(range(1, len(sequences) + 1)), order
+    assert max(bus.sequences().get(stuck.aggregate, [0])) < stuck.sequence
+    checkpoint = result.first_unpublished
+    assert checkpoint is not None
+    on_bus = set(bus.accepted)
+    assert all((e.aggregate, e.sequence) in on_bus for e in entries[:checkpoint])
+    assert (entries[checkpoint].aggregate, entries[checkpoint].sequence) not in on_bus
+    return checkpoint
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_failures_inside_overlapping_chunks_leave_each_order_a_prefix_and_the_checkpoint_at_the_first_gap(
     slow_bus, seed
@@ -163,19 +181,8 @@ def test_failures_inside_overlapping_chunks_leave_each_order_a_prefix_and_the_ch
 
     result = publisher(6).publish_in_order(entries)
 
-    bus = slow_bus[-1]
-    assert bus.overlapping_orders == []
-    # every order's events on the bus are its first ones, in sequence, and never past the stuck event
-    for order, sequences in bus.sequences().items():
-        assert sequences == list(range(1, len(sequences) + 1)), order
-    assert max(bus.sequences().get(stuck.aggregate, [0])) < stuck.sequence
-    # the checkpoint: everything before it is on the bus, it is not
-    checkpoint = result.first_unpublished
-    assert checkpoint is not None
+    checkpoint = assert_prefixes_and_an_exact_checkpoint(slow_bus[-1], entries, stuck, result)
     assert checkpoint <= entries.index(stuck)
-    on_bus = set(bus.accepted)
-    assert all((e.aggregate, e.sequence) in on_bus for e in entries[:checkpoint])
-    assert (entries[checkpoint].aggregate, entries[checkpoint].sequence) not in on_bus
 
 
 def stream_shaped(orders: int, events_per_order: int, gap: int) -> list[OutboxEntry]:
@@ -199,16 +206,7 @@ def test_failures_inside_packed_chunks_keep_the_checkpoint_exact_and_name_the_en
 
     result = publisher(4).publish_in_order(entries)
 
-    bus = slow_bus[-1]
-    assert bus.overlapping_orders == []
-    for order, sequences in bus.sequences().items():
-        assert sequences == list(range(1, len(sequences) + 1)), order
-    assert max(bus.sequences().get(stuck.aggregate, [0])) < stuck.sequence
-    checkpoint = result.first_unpublished
-    assert checkpoint is not None
-    on_bus = set(bus.accepted)
-    assert all((e.aggregate, e.sequence) in on_bus for e in entries[:checkpoint])
-    assert (entries[checkpoint].aggregate, entries[checkpoint].sequence) not in on_bus
+    checkpoint = assert_prefixes_and_an_exact_checkpoint(slow_bus[-1], entries, stuck, result)
     assert result.first_failed == entries.index(stuck)  # the entry recorded as failed is the one that did
     assert checkpoint <= result.first_failed
 

@@ -1,9 +1,9 @@
 """The EventBridge publisher: PutEvents in ordered chunks (shop.domain.publishing), retried entry by entry.
 
 Guarantees of publish_in_order():
-- chunks hold at most 10 entries and at most `max_request_bytes`, each in input order; an entry that
-  cannot join the newest chunk joins a later one while later entries of other aggregates fill it
-  (domain.publishing.ordered_chunks), so calls are full but a round's last;
+- chunks hold at most 10 entries and at most `max_request_bytes`, each in input order; they are
+  packed rather than cut in runs, so that two events of one aggregate close together do not cut a call
+  short (domain.publishing.ordered_chunks);
 - a chunk never holds two events of one aggregate, so an aggregate's later event is never accepted
   while an earlier one failed (a failed entry is retried alone; its chunk-mates are other aggregates);
 - retryable failures (throttling, internal errors) are retried with full-jitter backoff while the

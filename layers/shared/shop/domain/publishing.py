@@ -34,6 +34,12 @@ class PublishResult:
         """How many entries are on the bus."""
         return len(self.accepted_positions)
 
+    @property
+    def failed_position(self) -> int | None:
+        """The entry to record the failure on: the one that failed, or, from a publisher that does not say,
+        the checkpoint."""
+        return self.first_unpublished if self.first_failed is None else self.first_failed
+
     def count_failure(self, code: str, count: int = 1) -> None:
         self.failures_by_code[code] = self.failures_by_code.get(code, 0) + count
 
@@ -193,7 +199,8 @@ def interleave_orders[Event](
     total: dict[Hashable, int] = {}
     if busiest_first:
         for event in events:
-            total[order_of(event)] = total.get(order_of(event), 0) + 1
+            order = order_of(event)
+            total[order] = total.get(order, 0) + 1
     nth: dict[Hashable, int] = {}
     ranked = []
     for index, event in enumerate(events):

@@ -163,12 +163,11 @@ def publish_and_park[Source: OrderedOutboxEvent](
     result = publish_entries(
         batch, publisher, poison_sink, outcome, remaining_seconds=remaining_seconds, on_parked=on_parked
     )
-    if result.first_unpublished is None:
+    if result.failed_position is None:
         return outcome, None
     # Recorded on the entry that failed (an entry before it may be unsent only because its call waited
     # for the failed one's).
-    failed_position = result.first_unpublished if result.first_failed is None else result.first_failed
-    failed, failed_entry = batch[failed_position]
+    failed, failed_entry = batch[result.failed_position]
     error = ", ".join(f"{code} x{count}" for code, count in result.failures_by_code.items())
     logger.warning(
         "publish failed; the event and its order's later events wait, in order",

@@ -121,12 +121,11 @@ def _publish_segment(
         return None
     batch = [(changes[position], entry) for position, entry in segment]
     result = publish_entries(batch, publisher, poison_sink, outcome, remaining_seconds=remaining_seconds)
-    if result.first_unpublished is None:
+    if result.first_unpublished is None or result.failed_position is None:
         return None
     stop = segment[result.first_unpublished][0]
     # The event that failed; the checkpoint may lie before it (an event whose call waited for its call's).
-    failed = result.first_unpublished if result.first_failed is None else result.first_failed
-    failed_entry = segment[failed][1]
+    failed_entry = segment[result.failed_position][1]
     logger.warning(
         "publish failed; checkpointing",
         extra={
