@@ -6,9 +6,10 @@ request it sent; and on the local stack's bus its events arrive as the SDK's do.
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,10 +20,12 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
-from botocore.exceptions import BotoCoreError, ClientError, CredentialRetrievalError
+from botocore.exceptions import BotoCoreError, ClientError, CredentialRetrievalError, ReadTimeoutError
 
 from shop.adapters import aws
+from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.eventbridge_crt import CrtPutEvents
+from tests.support.outbox_entries import order_entry
 from tools.local.services.emulators import LocalServices
 
 ENTRIES: list[dict[str, Any]] = [
@@ -38,7 +41,8 @@ ENVIRONMENT = {
 
 
 class Scripted(ThreadingHTTPServer):
-    """Answers each request with `answer` (status, headers, body) after `delay` seconds; keeps what it got."""
+    """Answers each request with `answer` (status, headers, body) after `delay` seconds, or, when `reply` is
+    set, with what it returns for the request's body (delay, answer); keeps what it got."""
 
     daemon_threads = True
     block_on_close = False
@@ -47,11 +51,15 @@ class Scripted(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.answer: tuple[int, dict[str, str], bytes] = (200, {}, b"{}")
         self.delay = 0.0
+        self.reply: Callable[[bytes], tuple[float, tuple[int, dict[str, str], bytes]]] | None = None
         self.received: list[tuple[dict[str, str], bytes]] = []
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet: a late answer's write fails when the client timed out and closed the connection."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -61,8 +69,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.received.append(({name.lower(): value for name, value in self.headers.items()}, body))
-        time.sleep(self.server.delay)
-        status, headers, answer = self.server.answer
+        delay, (status, headers, answer) = (
+            (self.server.delay, self.server.answer) if self.server.reply is None else self.server.reply(body)
+        )
+        time.sleep(delay)
         self.send_response(status)
         for name, value in {"Content-Type": "application/x-amz-json-1.1", **headers}.items():
             self.send_header(name, value)
@@ -193,6 +203,93 @@ def test_an_answer_later_than_the_read_timeout_is_a_botocore_error_and_the_next_
     endpoint.delay = 0.0
     endpoint.answer = (200, {}, b'{"FailedEntryCount": 0, "Entries": [{"EventId": "a"}, {"EventId": "b"}]}')
     assert [entry["EventId"] for entry in crt.put_events(Entries=ENTRIES)["Entries"]] == ["a", "b"]
+
+
+def accepted_each(body: bytes) -> tuple[int, dict[str, str], bytes]:
+    """PutEvents accepted, each entry's EventId its Detail: an answer names the call it answers."""
+    entries = json.loads(body)["Entries"]
+    answer = {"FailedEntryCount": 0, "Entries": [{"EventId": entry["Detail"]} for entry in entries]}
+    return 200, {}, json.dumps(answer).encode()
+
+
+def labelled(answers: queue.SimpleQueue[tuple[Any, Any]], label: Any) -> Callable[[Any], None]:
+    """A call's `answer`: puts (label, answer) in `answers`."""
+    return lambda answer: answers.put((label, answer))
+
+
+def test_calls_begun_together_are_in_flight_together_and_each_gets_its_own_answer(endpoint: Scripted) -> None:
+    _, crt = clients(endpoint)
+    endpoint.reply = lambda body: (0.3, accepted_each(body))
+    answers: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    began = time.monotonic()
+    for call in range(8):
+        crt.begin(
+            [{**ENTRIES[0], "Detail": json.dumps({"call": call})}],
+            labelled(answers, call),
+        )
+    answered = dict(answers.get(timeout=5) for _ in range(8))
+    assert time.monotonic() - began < 1.2  # one after another, they would take 2.4 s
+    assert {call: answer["Entries"][0]["EventId"] for call, answer in answered.items()} == {
+        call: json.dumps({"call": call}) for call in range(8)
+    }
+    assert answers.empty()
+    assert crt.expire_overdue() is None  # none left waiting
+
+
+def test_a_call_past_its_read_timeout_is_answered_with_the_sdks_timeout_and_holds_no_other(
+    endpoint: Scripted,
+) -> None:
+    _, crt = clients(endpoint, read_timeout=0.5)
+    endpoint.reply = lambda body: (3.0 if b"slow" in body else 0.0, accepted_each(body))
+    answers: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    began = time.monotonic()
+    for name in ("slow", "quick"):
+        crt.begin(
+            [{**ENTRIES[0], "Detail": json.dumps(name)}],
+            labelled(answers, name),
+        )
+    name, answer = answers.get(timeout=2)
+    assert name == "quick"
+    assert answer["FailedEntryCount"] == 0
+    while (wait := crt.expire_overdue()) is not None:  # as the publisher does between answers
+        assert wait <= 0.5
+        time.sleep(wait)
+    name, answer = answers.get_nowait()
+    assert name == "slow"
+    assert isinstance(answer, ReadTimeoutError)  # what botocore raises: the publisher retries it
+    assert time.monotonic() - began < 2.0  # before the endpoint's answer, which is never read
+
+
+def test_the_publisher_over_it_retries_a_timed_out_call_and_sends_an_orders_next_event_only_after(
+    endpoint: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, crt = clients(endpoint, read_timeout=0.3)
+    monkeypatch.setattr(aws, "events_over_crt", lambda: crt)
+    slow_once = {"o03-1"}  # the first call carrying o03's first event outlasts the read timeout
+
+    def reply(body: bytes) -> tuple[float, tuple[int, dict[str, str], bytes]]:
+        ids = [json.loads(entry["Detail"])["id"] for entry in json.loads(body)["Entries"]]
+        slow = bool(slow_once.intersection(ids))
+        slow_once.difference_update(ids)
+        answer = {"FailedEntryCount": 0, "Entries": [{"EventId": event_id} for event_id in ids]}
+        return (1.0 if slow else 0.05), (200, {}, json.dumps(answer).encode())
+
+    endpoint.reply = reply
+    entries = [order_entry(f"o{order:02d}", sequence) for sequence in (1, 2) for order in range(12)]
+    publisher = EventPublisher("orders", 262_144, max_in_flight=8, transport="crt")
+
+    result = publisher.publish_in_order(entries)
+
+    assert result.first_unpublished is None
+    assert sorted(result.accepted_positions) == list(range(len(entries)))
+    assert result.failures_by_code == {"ConnectionError": 1}
+    sent = [
+        json.loads(entry["Detail"])["id"]
+        for _, body in endpoint.received
+        for entry in json.loads(body)["Entries"]
+    ]
+    o03 = [event for event in sent if event.startswith("o03-")]
+    assert o03 == ["o03-1", "o03-1", "o03-2"]  # its second event waited for the retried first
 
 
 @pytest.mark.parametrize("body", [b"", b"{", b"[1, 2]"])

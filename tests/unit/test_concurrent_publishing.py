@@ -10,7 +10,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -72,10 +72,29 @@ class SlowBus:
         return out
 
 
-@pytest.fixture
-def slow_bus(monkeypatch: pytest.MonkeyPatch) -> list[SlowBus]:
+class AnsweredLater:
+    """A SlowBus reached as the AWS Common Runtime's transport is: each call begun and answered later from
+    a thread not the publisher's (EventPublisher's PutEventsCalls, with no worker threads of its own)."""
+
+    def __init__(self, bus: SlowBus) -> None:
+        self.bus = bus
+
+    def begin(self, entries: list[dict[str, Any]], answer: Callable[[Any], None]) -> None:
+        threading.Thread(target=lambda: answer(self.bus.put_events(Entries=entries)), daemon=True).start()
+
+    def expire_overdue(self) -> float | None:
+        return None
+
+
+@pytest.fixture(params=["worker threads", "answered later"])
+def slow_bus(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> list[SlowBus]:
+    """The bus each test appends, reached through an SDK client's blocking calls (the publisher's worker
+    threads) or as calls answered later (its callbacks)."""
     buses: list[SlowBus] = []
-    monkeypatch.setattr(shop.adapters.aws, "events", lambda: buses[-1])
+    if request.param == "worker threads":
+        monkeypatch.setattr(shop.adapters.aws, "events", lambda: buses[-1])
+    else:
+        monkeypatch.setattr(shop.adapters.aws, "events", lambda: AnsweredLater(buses[-1]))
     return buses
 
 

@@ -17,7 +17,10 @@ Guarantees of publish_in_order():
 - with `max_in_flight` above 1, chunks of different aggregates are sent concurrently (at AWS's tens of
   milliseconds a call, one call at a time caps a relay near 200 events/s), while an aggregate's events
   are never in flight twice: a chunk waits until the chunks holding its aggregates' earlier events are
-  settled (domain.publishing.ChunkSchedule);
+  settled (domain.publishing.ChunkSchedule). Calls are begun and their answers taken as they come, on the
+  publishing thread, which also waits out each retry's backoff: the AWS Common Runtime's transport
+  answers by callback (adapters.eventbridge_crt), an SDK client's blocking calls run on worker threads
+  (ThreadedPutEvents);
 - on the first failure that remains, no chunk holding an entry after it is sent (those answered or in
   flight before it was known may hold such entries: they are on the bus past the checkpoint, a retry
   republishes them, which consumers absorb), and the position of the first unpublished entry is
@@ -29,12 +32,14 @@ Guarantees of publish_in_order():
 
 from __future__ import annotations
 
+import heapq
+import queue
 import random
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -63,10 +68,64 @@ def put_events_entry(entry: OutboxEntry, bus_name: str) -> dict[str, Any]:
     return request
 
 
+# A PutEvents call's result as the SDK client returns it, or the exception it raises.
+Answer = dict[str, Any] | BaseException
+
+
+@runtime_checkable
+class PutEventsCalls(Protocol):
+    """PutEvents calls begun now and answered later: adapters.eventbridge_crt.CrtPutEvents, or an SDK
+    client through ThreadedPutEvents."""
+
+    def begin(self, entries: list[dict[str, Any]], answer: Callable[[Answer], None]) -> None:
+        """Send one call; `answer` is called once, from any thread, with its result or error."""
+
+    def expire_overdue(self) -> float | None:
+        """Answer the calls past their deadline with a timeout; the seconds until the next deadline (None:
+        none, or the calls time out by themselves)."""
+
+
+class ThreadedPutEvents:
+    """An SDK client's blocking put_events as calls begun and answered: on worker threads when `workers`
+    is given, at once on the caller's thread otherwise. botocore times its calls out itself."""
+
+    def __init__(self, client: Any, workers: ThreadPoolExecutor | None) -> None:
+        self._client = client
+        self._workers = workers
+
+    def begin(self, entries: list[dict[str, Any]], answer: Callable[[Answer], None]) -> None:
+        if self._workers is None:
+            answer(self._call(entries))
+            return
+        self._workers.submit(self._call, entries).add_done_callback(lambda done: answer(done.result()))
+
+    def expire_overdue(self) -> float | None:
+        return None
+
+    def _call(self, entries: list[dict[str, Any]]) -> Answer:
+        try:
+            response: dict[str, Any] = self._client.put_events(Entries=entries)
+        except Exception as exc:  # noqa: BLE001 -- the publisher retries the SDK's errors, raises others
+            return exc
+        return response
+
+
 @dataclass
 class _ChunkResult:
     result: PublishResult
     failed_at: int | None  # the first position of the chunk left unpublished by a failure that remains
+
+
+class _Chunk:
+    """One chunk being published: its entries not yet accepted, its attempts, what its calls did."""
+
+    __slots__ = ("attempt", "index", "pending", "result")
+
+    def __init__(self, index: int, positions: Sequence[int]) -> None:
+        self.index = index
+        self.pending = list(positions)
+        self.attempt = 0
+        self.result = PublishResult()
 
 
 class EventPublisher:
@@ -92,18 +151,25 @@ class EventPublisher:
         self._jitter = jitter
         self._max_in_flight = max_in_flight
         self._transport = transport  # "sdk" (boto3) or "crt" (adapters.eventbridge_crt, the same contract)
-        self._executor: ThreadPoolExecutor | None = None  # started on first use, kept across invocations
+        self._workers: ThreadPoolExecutor | None = None  # for an SDK client: started on first use, kept
 
-    def _backoff(self, attempt: int, remaining_seconds: Callable[[], float]) -> bool:
-        """Sleep before retry `attempt` (1-based); False when the budget or the clock says stop."""
+    def _retry_delay(self, attempt: int, remaining_seconds: Callable[[], float]) -> float | None:
+        """The wait before retry `attempt` (1-based); None when the budget or the clock says stop."""
         if attempt >= self._max_attempts:
-            return False
-        delay = self._jitter() * min(self._max_delay, self._base_delay * 2**attempt)
+            return None
+        delay: float = self._jitter() * min(self._max_delay, self._base_delay * 2**attempt)
         # Keep a safety margin so the handler can still answer with its batchItemFailures.
         if remaining_seconds() - delay < 2.0:
-            return False
-        self._sleep(delay)
-        return True
+            return None
+        return delay
+
+    def _calls(self) -> PutEventsCalls:
+        client = aws.put_events_client(self._transport)
+        if isinstance(client, PutEventsCalls):  # the AWS Common Runtime's: calls answered by callback
+            return client
+        if self._max_in_flight > 1 and self._workers is None:
+            self._workers = ThreadPoolExecutor(self._max_in_flight, thread_name_prefix="put-events")
+        return ThreadedPutEvents(client, self._workers if self._max_in_flight > 1 else None)
 
     def publish_in_order(
         self,
@@ -114,101 +180,141 @@ class EventPublisher:
         result = PublishResult()
         chunks = ordered_chunks(entries, self._max_request_bytes)
         schedule = ChunkSchedule(entries, chunks)
-        client = aws.put_events_client(self._transport)
-        in_flight: dict[Future[_ChunkResult], int] = {}
+        calls = self._calls()
+        answers: queue.SimpleQueue[tuple[_Chunk, Answer]] = queue.SimpleQueue()
+        retries: list[tuple[float, int, _Chunk]] = []  # (when, index, chunk): a heap, soonest first
+        unsettled = 0  # chunks begun and not settled: in a call, or waiting to retry
         while True:
-            for index in schedule.ready(self._max_in_flight - len(in_flight)):
-                in_flight[self._send(client, entries, chunks[index], remaining_seconds)] = index
-            if not in_flight:
+            for index in schedule.ready(self._max_in_flight - unsettled):
+                unsettled += 1
+                self._begin(calls, entries, _Chunk(index, chunks[index]), answers)
+            if not unsettled:
                 result.first_unpublished = schedule.first_unpublished()
                 result.first_failed = schedule.first_failure()
                 return result
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=in_flight.__getitem__):
-                index = in_flight.pop(future)
-                outcome = future.result()
-                result.merge(outcome.result)
-                failed_at = outcome.failed_at
+            answered = self._wait(calls, entries, answers, retries, unsettled - len(retries))
+            for chunk, answer in sorted(answered, key=lambda pair: pair[0].index):
+                step = self._answered(chunk, answer, remaining_seconds)
+                if not isinstance(step, _ChunkResult):  # a retry, after `step` seconds
+                    heapq.heappush(retries, (time.monotonic() + step, chunk.index, chunk))
+                    continue
+                unsettled -= 1
+                result.merge(step.result)
+                failed_at = step.failed_at
                 # Rejected entries before the chunk's failure are handed over in order; one the caller
                 # cannot put away becomes the failure itself. One after an entry that already failed lies
                 # past the checkpoint: it is not put away now but comes again, and its chunk is not
                 # settled (its order's later events must not go out while it is neither on the bus nor
                 # put away).
-                for position in sorted(outcome.result.rejected):
+                for position in sorted(step.result.rejected):
                     if failed_at is not None and position > failed_at:
                         break
                     if schedule.past_a_failure(position):
                         failed_at = position
                         break
-                    code, message = outcome.result.rejected[position]
+                    code, message = step.result.rejected[position]
                     if on_rejected is not None and not on_rejected(position, code, message):
                         failed_at = position
                         break
-                schedule.settle(index, failed_at)
+                schedule.settle(chunk.index, failed_at)
 
-    def _send(
+    def _begin(
         self,
-        client: Any,
+        calls: PutEventsCalls,
         entries: Sequence[OutboxEntry],
-        chunk: Sequence[int],
-        remaining_seconds: Callable[[], float],
-    ) -> Future[_ChunkResult]:
-        """Publish one chunk: on a worker thread when calls may overlap, here and now otherwise."""
-        if self._max_in_flight > 1:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._max_in_flight, thread_name_prefix="put-events")
-            return self._executor.submit(self._publish_chunk, client, entries, chunk, remaining_seconds)
-        done: Future[_ChunkResult] = Future()
-        done.set_result(self._publish_chunk(client, entries, chunk, remaining_seconds))
-        return done
+        chunk: _Chunk,
+        answers: queue.SimpleQueue[tuple[_Chunk, Answer]],
+    ) -> None:
+        chunk.attempt += 1
+        calls.begin(
+            [put_events_entry(entries[position], self._bus) for position in chunk.pending],
+            lambda answer: answers.put((chunk, answer)),
+        )
 
-    def _publish_chunk(
+    def _wait(
         self,
-        client: Any,
+        calls: PutEventsCalls,
         entries: Sequence[OutboxEntry],
-        chunk: Sequence[int],
-        remaining_seconds: Callable[[], float],
-    ) -> _ChunkResult:
-        """PutEvents of one chunk, retried entry by entry; touches nothing shared (it may run on a worker)."""
-        result = PublishResult()
-        pending = list(chunk)
-        attempt = 0
+        answers: queue.SimpleQueue[tuple[_Chunk, Answer]],
+        retries: list[tuple[float, int, _Chunk]],
+        calling: int,
+    ) -> list[tuple[_Chunk, Answer]]:
+        """The answers that came (at least one), each retry begun once due while waiting for them.
+        `calling`: how many calls are in flight."""
         while True:
-            attempt += 1
+            answered = _take_all(answers)
+            if answered:
+                return answered
+            if not calling:  # only retries are waiting: sleep until the soonest
+                when, _, chunk = heapq.heappop(retries)
+                self._sleep(max(0.0, when - time.monotonic()))
+                self._begin(calls, entries, chunk, answers)
+                calling += 1
+                continue
+            now = time.monotonic()
+            while retries and retries[0][0] <= now:
+                self._begin(calls, entries, heapq.heappop(retries)[2], answers)
+                calling += 1
+            # The calls past their deadline are answered now (with a timeout), into `answers`.
+            waits = [when - now for when, _, _ in retries[:1]]
+            deadline = calls.expire_overdue()
+            if deadline is not None:
+                waits.append(deadline)
             try:
-                response = client.put_events(
-                    Entries=[put_events_entry(entries[p], self._bus) for p in pending]
-                )
-                result.calls += 1
-            except ClientError as exc:
-                result.calls += 1
-                code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
-                result.count_failure(code)
-                if code in RETRYABLE_CALL_CODES and self._backoff(attempt, remaining_seconds):
-                    continue
-                return _ChunkResult(result, pending[0])
-            except BotoCoreError:
-                # Connection or timeout: the call may or may not have landed; retrying can duplicate,
-                # which consumers absorb, whereas giving up early only delays.
-                result.count_failure("ConnectionError")
-                if self._backoff(attempt, remaining_seconds):
-                    continue
-                return _ChunkResult(result, pending[0])
-            still_failing: list[int] = []
-            retryable = True
-            for position, outcome in zip(pending, response["Entries"], strict=True):
-                entry_code = outcome.get("ErrorCode")
-                if entry_code in RECORD_REJECTED_CODES:
-                    result.count_failure(entry_code)
-                    result.rejected[position] = (entry_code, str(outcome.get("ErrorMessage", ""))[:500])
-                elif entry_code:
-                    result.count_failure(entry_code)
-                    still_failing.append(position)
-                    retryable = retryable and entry_code in RETRYABLE_ENTRY_CODES
-                else:
-                    result.accepted_positions.append(position)
-            if not still_failing:
-                return _ChunkResult(result, None)
-            if not retryable or not self._backoff(attempt, remaining_seconds):
-                return _ChunkResult(result, still_failing[0])
-            pending = still_failing
+                first = answers.get(timeout=min(waits) if waits else None)
+            except queue.Empty:
+                continue
+            return [first, *_take_all(answers)]
+
+    def _answered(
+        self, chunk: _Chunk, answer: Answer, remaining_seconds: Callable[[], float]
+    ) -> _ChunkResult | float:
+        """What a call's answer leaves of its chunk: its result, or the seconds to wait before retrying the
+        entries still failing (a failed call's error that is not the SDK's is raised here)."""
+        result = chunk.result
+        if isinstance(answer, ClientError):
+            result.calls += 1
+            code = str(answer.response.get("Error", {}).get("Code", "Unknown"))
+            result.count_failure(code)
+            delay = self._retry_delay(chunk.attempt, remaining_seconds)
+            if code in RETRYABLE_CALL_CODES and delay is not None:
+                return delay
+            return _ChunkResult(result, chunk.pending[0])
+        if isinstance(answer, BotoCoreError):
+            # Connection or timeout: the call may or may not have landed; retrying can duplicate,
+            # which consumers absorb, whereas giving up early only delays.
+            result.count_failure("ConnectionError")
+            delay = self._retry_delay(chunk.attempt, remaining_seconds)
+            return _ChunkResult(result, chunk.pending[0]) if delay is None else delay
+        if isinstance(answer, BaseException):
+            raise answer
+        result.calls += 1
+        still_failing: list[int] = []
+        retryable = True
+        for position, outcome in zip(chunk.pending, answer["Entries"], strict=True):
+            entry_code = outcome.get("ErrorCode")
+            if entry_code in RECORD_REJECTED_CODES:
+                result.count_failure(entry_code)
+                result.rejected[position] = (entry_code, str(outcome.get("ErrorMessage", ""))[:500])
+            elif entry_code:
+                result.count_failure(entry_code)
+                still_failing.append(position)
+                retryable = retryable and entry_code in RETRYABLE_ENTRY_CODES
+            else:
+                result.accepted_positions.append(position)
+        if not still_failing:
+            return _ChunkResult(result, None)
+        delay = self._retry_delay(chunk.attempt, remaining_seconds) if retryable else None
+        if delay is None:
+            return _ChunkResult(result, still_failing[0])
+        chunk.pending = still_failing
+        return delay
+
+
+def _take_all(answers: queue.SimpleQueue[tuple[_Chunk, Answer]]) -> list[tuple[_Chunk, Answer]]:
+    taken = []
+    while True:
+        try:
+            taken.append(answers.get_nowait())
+        except queue.Empty:
+            return taken

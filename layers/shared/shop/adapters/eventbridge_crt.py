@@ -35,12 +35,16 @@ reaches EventBridge directly or through the VPC's interface endpoint), and the X
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import http.client
 import io
 import json
+import queue
 import threading
-from concurrent.futures import TimeoutError as FutureTimeout
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -50,6 +54,7 @@ from awscrt import http as crt_http
 from awscrt import io as crt_io
 from botocore.credentials import Credentials
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectTimeoutError,
     EndpointConnectionError,
@@ -64,8 +69,16 @@ _USER_AGENT = f"shop-outbox-publisher awscrt/{awscrt.__version__}"
 
 
 class CrtPutEvents:
-    """`put_events(Entries=...)` for one endpoint; thread-safe: one connection per calling thread, as the
-    publisher keeps up to PUBLISH_CONCURRENCY calls in flight from its worker threads."""
+    """PutEvents calls to one endpoint, begun from any thread and answered on awscrt's event loop thread
+    (`begin`), or one call waited for (`put_events`, the SDK client's contract).
+
+    Why callbacks and not a thread per call in flight: a call the publisher waits for on a worker thread
+    costs two more thread wake-ups and handoffs of the interpreter's lock, which at 32 calls in flight
+    made up about a third of a call's CPU (docs/performance.md, "The PutEvents transport"). Here the
+    publishing thread signs and sends, and the event loop thread reads the answer and hands it over.
+
+    Connections: HTTP/1.1 carries one call at a time, so each call takes an idle open connection or opens
+    one, and gives it back once answered; a connection that failed or timed out is closed, never reused."""
 
     def __init__(self, sdk_client: Any, credentials: Credentials | None) -> None:
         """`sdk_client`: the boto3 EventBridge client whose endpoint, region and timeouts it takes;
@@ -89,7 +102,98 @@ class CrtPutEvents:
         self._socket = crt_io.SocketOptions()
         self._socket.connect_timeout_ms = int(self._connect_timeout * 1000)
         self._tls = crt_io.ClientTlsContext(crt_io.TlsContextOptions()) if self._secure else None
-        self._local = threading.local()
+        self._idle: collections.deque[crt_http.HttpClientConnection] = collections.deque()
+        self._lock = threading.Lock()
+        self._calls: set[_Call] = set()  # begun and not yet answered, for expire_overdue
+
+    def put_events(self, *, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        """One call, waited for: its result, or the error the SDK client would raise."""
+        answered: queue.SimpleQueue[Answer] = queue.SimpleQueue()
+        self.begin(Entries, answered.put)
+        while True:
+            try:
+                outcome = answered.get(timeout=self.expire_overdue())
+            except queue.Empty:
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+    def begin(self, entries: list[dict[str, Any]], answer: Callable[[Answer], None]) -> None:
+        """Send one call now; `answer` is called once, from this thread or the event loop's, with its
+        result or the error the SDK client would raise. A call not answered in time is answered with a
+        timeout when expire_overdue() is next called: call it at the latest when it said to."""
+        call = _Call(answer, time.monotonic() + self._connect_timeout + _CONNECT_GRACE_SECONDS)
+        try:
+            body = json.dumps({"Entries": entries}).encode()
+            signing = self._signing(body)
+        except BotoCoreError as exc:
+            answer(exc)
+            return
+        request = crt_http.HttpRequest(
+            "POST",
+            self._path,
+            crt_http.HttpHeaders(
+                [
+                    ("Host", self._host_header),
+                    ("Content-Type", _CONTENT_TYPE),
+                    ("X-Amz-Target", _TARGET),
+                    ("Content-Length", str(len(body))),
+                    ("User-Agent", _USER_AGENT),
+                ]
+            ),
+            io.BytesIO(body),
+        )
+        try:
+            signed = auth.aws_sign_request(request, signing).result()
+        except Exception as exc:  # noqa: BLE001 -- awscrt's errors, whatever their class: nothing was sent
+            answer(HTTPClientError(error=exc))
+            return
+        with self._lock:
+            self._calls.add(call)
+        while self._idle:
+            try:
+                connection = self._idle.pop()
+            except IndexError:  # another thread took the last one
+                break
+            if connection.is_open():
+                self._send(call, connection, signed)
+                return
+        tls = None
+        if self._tls is not None:
+            tls = self._tls.new_connection_options()
+            tls.set_server_name(self._host)
+        opening = crt_http.HttpClientConnection.new(
+            host_name=self._host,
+            port=self._port,
+            bootstrap=self._bootstrap,
+            socket_options=self._socket,
+            tls_connection_options=tls,
+        )
+        opening.add_done_callback(lambda opened: self._opened(call, opened, signed))
+
+    def expire_overdue(self) -> float | None:
+        """Answer every call past its deadline with the SDK's timeout error (its connection closed: a late
+        answer must not be read as another call's); the seconds until the next deadline, None when no
+        call is waiting."""
+        now = time.monotonic()
+        with self._lock:
+            overdue = [call for call in self._calls if call.deadline <= now]
+            # A call still connecting gets its read deadline when sent, read_timeout after that at the
+            # earliest: look again by then.
+            waiting = [
+                call.deadline if call.connection else min(call.deadline, now + self._read_timeout)
+                for call in self._calls
+                if call.deadline > now
+            ]
+        for call in overdue:
+            connection = call.connection
+            if connection is None:
+                call.settle(ConnectTimeoutError(endpoint_url=self.endpoint_url))
+            elif call.settle(ReadTimeoutError(endpoint_url=self.endpoint_url)):
+                connection.close()
+            self._forget(call)
+        return min(waiting) - now if waiting else None
 
     def _signing(self, body: bytes) -> auth.AwsSigningConfig:
         """SigV4 for this call, with the credentials botocore holds now (refreshed, or its error raised,
@@ -110,91 +214,111 @@ class CrtPutEvents:
             signed_body_value=hashlib.sha256(body).hexdigest(),
         )
 
-    def put_events(self, *, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        body = json.dumps({"Entries": Entries}).encode()
-        signing = self._signing(body)
-        request = crt_http.HttpRequest(
-            "POST",
-            self._path,
-            crt_http.HttpHeaders(
-                [
-                    ("Host", self._host_header),
-                    ("Content-Type", _CONTENT_TYPE),
-                    ("X-Amz-Target", _TARGET),
-                    ("Content-Length", str(len(body))),
-                    ("User-Agent", _USER_AGENT),
-                ]
-            ),
-            io.BytesIO(body),
-        )
+    def _opened(self, call: _Call, opened: Future[crt_http.HttpClientConnection], signed: Any) -> None:
+        """On the event loop thread: the connection for `call` is open, or could not be."""
         try:
-            signed = auth.aws_sign_request(request, signing).result()
-        except Exception as exc:  # awscrt's errors, whatever their class: nothing was sent
-            raise HTTPClientError(error=exc) from exc
-        status, headers, answer = self._exchange(signed)
-        if 200 <= status < 300:  # what botocore returns as a result
+            connection = opened.result()
+        except Exception as exc:  # noqa: BLE001 -- awscrt's errors, whatever their class
+            error: BotoCoreError = (
+                ConnectTimeoutError(endpoint_url=self.endpoint_url)
+                if getattr(exc, "name", "") == "AWS_IO_SOCKET_TIMEOUT"
+                else EndpointConnectionError(endpoint_url=self.endpoint_url)
+            )
+            call.settle(error)
+            self._forget(call)
+            return
+        if call.answered:  # expired while connecting: the connection is good for the next call
+            self._idle.append(connection)
+            return
+        self._send(call, connection, signed)
+
+    def _send(self, call: _Call, connection: crt_http.HttpClientConnection, signed: Any) -> None:
+        with self._lock:
+            call.connection = connection
+            call.deadline = time.monotonic() + self._read_timeout
+        try:
+            stream = connection.request(signed, on_response=call.on_response, on_body=call.on_body)
+            stream.completion_future.add_done_callback(lambda done: self._completed(call, connection, done))
+            stream.activate()
+        except Exception as exc:  # noqa: BLE001 -- awscrt's errors, whatever their class
+            connection.close()
+            call.settle(HTTPClientError(error=exc))
+            self._forget(call)
+
+    def _completed(self, call: _Call, connection: crt_http.HttpClientConnection, done: Future[Any]) -> None:
+        """On the event loop thread: the call's stream ended. Nothing raised here may escape: awscrt
+        would only print it, and the call would wait for its deadline."""
+        try:
+            done.result()
+            outcome = call.outcome()
+        except Exception as exc:  # noqa: BLE001 -- awscrt's, whatever their class (a callback's too)
+            connection.close()
+            call.settle(HTTPClientError(error=exc))
+        else:
+            if call.settle(outcome) and connection.is_open():
+                self._idle.append(connection)
+        self._forget(call)
+
+    def _forget(self, call: _Call) -> None:
+        with self._lock:
+            self._calls.discard(call)
+
+
+# A PutEvents call's result as the SDK returns it, or the error it raises.
+Answer = dict[str, Any] | BaseException
+# awscrt times the connect itself (the socket's connect timeout); past it by this much, the call is
+# answered with a connect timeout whatever awscrt did.
+_CONNECT_GRACE_SECONDS = 1.0
+
+
+class _Call:
+    """One call in flight: what was answered so far, and whether its caller has been answered."""
+
+    __slots__ = ("_answer", "_lock", "answered", "chunks", "connection", "deadline", "headers", "status")
+
+    def __init__(self, answer: Callable[[Answer], None], deadline: float) -> None:
+        self._answer = answer
+        self._lock = threading.Lock()
+        self.answered = False
+        self.deadline = deadline
+        self.connection: crt_http.HttpClientConnection | None = None
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+
+    # awscrt calls back with keyword arguments: the parameters keep its names.
+    def on_response(self, status_code: int, headers: list[tuple[str, str]], **_: Any) -> None:
+        self.status = status_code
+        self.headers.update((name.lower(), value) for name, value in headers)
+
+    def on_body(self, chunk: bytes, **_: Any) -> None:
+        self.chunks.append(bytes(chunk))
+
+    def outcome(self) -> Answer:
+        """What the SDK client returns or raises for the answer received."""
+        if self.status is None:
+            return HTTPClientError(error=ValueError("the connection ended without an answer"))
+        answer = b"".join(self.chunks)
+        if 200 <= self.status < 300:  # what botocore returns as a result
             try:
                 parsed = json.loads(answer)
             except ValueError:
                 parsed = None
             if not isinstance(parsed, dict):  # a cut or foreign answer: whether the call landed is unknown
-                raise HTTPClientError(
+                return HTTPClientError(
                     error=ValueError(f"PutEvents answer is not a JSON object: {answer[:200]!r}")
                 )
             return parsed
-        raise ClientError(cast("Any", error_response(status, headers, answer)), "PutEvents")
+        return ClientError(cast("Any", error_response(self.status, self.headers, answer)), "PutEvents")
 
-    def _connection(self) -> crt_http.HttpClientConnection:
-        connection: crt_http.HttpClientConnection | None = getattr(self._local, "connection", None)
-        if connection is not None and connection.is_open():
-            return connection
-        tls = None
-        if self._tls is not None:
-            tls = self._tls.new_connection_options()
-            tls.set_server_name(self._host)
-        opening = crt_http.HttpClientConnection.new(
-            host_name=self._host,
-            port=self._port,
-            bootstrap=self._bootstrap,
-            socket_options=self._socket,
-            tls_connection_options=tls,
-        )
-        try:
-            connection = opening.result(self._connect_timeout + 1)
-        except FutureTimeout as exc:
-            raise ConnectTimeoutError(endpoint_url=self.endpoint_url) from exc
-        except Exception as exc:  # awscrt's errors, whatever their class
-            raise EndpointConnectionError(endpoint_url=self.endpoint_url) from exc
-        self._local.connection = connection
-        return connection
-
-    def _exchange(self, request: crt_http.HttpRequest) -> tuple[int, dict[str, str], bytes]:
-        connection = self._connection()
-        status: list[int] = []
-        answer_headers: dict[str, str] = {}
-        chunks: list[bytes] = []
-
-        # awscrt calls back with keyword arguments: the parameters keep its names.
-        def on_response(status_code: int, headers: list[tuple[str, str]], **_: Any) -> None:
-            status.append(status_code)
-            answer_headers.update((name.lower(), value) for name, value in headers)
-
-        def on_body(chunk: bytes, **_: Any) -> None:
-            chunks.append(bytes(chunk))
-
-        try:
-            stream = connection.request(request, on_response=on_response, on_body=on_body)
-            stream.activate()
-            stream.completion_future.result(self._read_timeout)
-        except FutureTimeout as exc:
-            connection.close()  # its answer may still come: it must not be read as the next call's
-            raise ReadTimeoutError(endpoint_url=self.endpoint_url) from exc
-        except Exception as exc:  # awscrt's errors, whatever their class (a callback's included)
-            connection.close()
-            raise HTTPClientError(error=exc) from exc
-        if not status:
-            raise HTTPClientError(error=ValueError("the connection ended without an answer"))
-        return status[0], answer_headers, b"".join(chunks)
+    def settle(self, outcome: Answer) -> bool:
+        """Answer the caller, once: False when it was answered already (a timeout came first)."""
+        with self._lock:
+            if self.answered:
+                return False
+            self.answered = True
+        self._answer(outcome)
+        return True
 
 
 def error_response(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
