@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
@@ -24,7 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError, CredentialRetrievalE
 
 from shop.adapters import aws
 from shop.adapters.eventbridge import EventPublisher
-from shop.adapters.eventbridge_crt import CrtPutEvents
+from shop.adapters.eventbridge_crt import CrtPutEvents, _Call
 from tests.support.outbox_entries import order_entry
 from tools.local.services.emulators import LocalServices
 
@@ -46,6 +46,7 @@ class Scripted(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 64  # socketserver's 5 drops connections opened together: a 1 s SYN retry each
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -260,36 +261,59 @@ def test_a_call_past_its_read_timeout_is_answered_with_the_sdks_timeout_and_hold
     assert time.monotonic() - began < 2.0  # before the endpoint's answer, which is never read
 
 
-def test_the_publisher_over_it_retries_a_timed_out_call_and_sends_an_orders_next_event_only_after(
+def test_the_publisher_over_it_keeps_calls_in_flight_together_and_retries_one_that_timed_out_in_order(
     endpoint: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, crt = clients(endpoint, read_timeout=0.3)
     monkeypatch.setattr(aws, "events_over_crt", lambda: crt)
     slow_once = {"o03-1"}  # the first call carrying o03's first event outlasts the read timeout
+    spans: list[tuple[float, float]] = []  # when each call arrived, and when it was answered
 
     def reply(body: bytes) -> tuple[float, tuple[int, dict[str, str], bytes]]:
         ids = [json.loads(entry["Detail"])["id"] for entry in json.loads(body)["Entries"]]
-        slow = bool(slow_once.intersection(ids))
+        delay = 1.0 if slow_once.intersection(ids) else 0.1
         slow_once.difference_update(ids)
+        spans.append((time.monotonic(), time.monotonic() + delay))
         answer = {"FailedEntryCount": 0, "Entries": [{"EventId": event_id} for event_id in ids]}
-        return (1.0 if slow else 0.05), (200, {}, json.dumps(answer).encode())
+        return delay, (200, {}, json.dumps(answer).encode())
 
     endpoint.reply = reply
-    entries = [order_entry(f"o{order:02d}", sequence) for sequence in (1, 2) for order in range(12)]
+    # 40 orders' first events fill four calls; o03's second waits for the call holding its first
+    entries = [*(order_entry(f"o{order:02d}", 1) for order in range(40)), order_entry("o03", 2)]
     publisher = EventPublisher("orders", 262_144, max_in_flight=8, transport="crt")
 
+    began = time.monotonic()
     result = publisher.publish_in_order(entries)
 
+    assert time.monotonic() - began < 0.9  # the slow call's answer (after 1 s) was not waited for
     assert result.first_unpublished is None
     assert sorted(result.accepted_positions) == list(range(len(entries)))
     assert result.failures_by_code == {"ConnectionError": 1}
+    assert max(sum(start <= at < end for start, end in spans) for at, _ in spans) >= 4  # together
     sent = [
         json.loads(entry["Detail"])["id"]
         for _, body in endpoint.received
         for entry in json.loads(body)["Entries"]
     ]
-    o03 = [event for event in sent if event.startswith("o03-")]
-    assert o03 == ["o03-1", "o03-1", "o03-2"]  # its second event waited for the retried first
+    assert [event for event in sent if event.startswith("o03-")] == ["o03-1", "o03-1", "o03-2"]
+
+
+def test_a_call_whose_connection_opens_past_its_deadline_is_answered_once_and_never_sent() -> None:
+    answers: list[Any] = []
+    call = _Call(answers.append, deadline=10.0)
+    assert call.next_look(now=9.0, read_timeout=5.0) == 10.0  # connecting: its connect deadline
+    assert call.expire(now=10.5) == (True, None)  # the expirer answers it: a connect timeout
+    assert not call.attach(cast(Any, "connection"), deadline=15.5)  # opened too late: not sent
+    assert not call.claim()  # and no answer after the timeout's
+    assert call.next_look(now=10.5, read_timeout=5.0) is None
+
+
+def test_a_call_sent_just_before_its_connect_deadline_is_held_to_its_read_deadline() -> None:
+    call = _Call(lambda _: None, deadline=10.0)
+    assert call.attach(cast(Any, "connection"), deadline=14.9)
+    assert call.expire(now=10.5) == (False, None)  # not the connect deadline any more
+    assert call.next_look(now=10.5, read_timeout=5.0) == 14.9
+    assert call.expire(now=14.9) == (True, "connection")
 
 
 @pytest.mark.parametrize("body", [b"", b"{", b"[1, 2]"])

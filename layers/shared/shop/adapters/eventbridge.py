@@ -105,7 +105,7 @@ class ThreadedPutEvents:
     def _call(self, entries: list[dict[str, Any]]) -> Answer:
         try:
             response: dict[str, Any] = self._client.put_events(Entries=entries)
-        except Exception as exc:  # noqa: BLE001 -- the publisher retries the SDK's errors, raises others
+        except BaseException as exc:  # noqa: BLE001 -- the publisher retries the SDK's errors, raises others
             return exc
         return response
 
@@ -142,6 +142,8 @@ class EventPublisher:
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
     ) -> None:
+        """`sleep`: how the publishing thread waits out a retry's backoff when no call is in flight (with
+        calls in flight it waits for their answers meanwhile)."""
         self._bus = bus_name
         self._max_request_bytes = max_request_bytes
         self._max_attempts = max_attempts
@@ -239,9 +241,14 @@ class EventPublisher:
         retries: list[tuple[float, int, _Chunk]],
         calling: int,
     ) -> list[tuple[_Chunk, Answer]]:
-        """The answers that came (at least one), each retry begun once due while waiting for them.
-        `calling`: how many calls are in flight."""
+        """The answers that came (at least one), each retry begun once due and each call past its
+        deadline answered with a timeout meanwhile. `calling`: how many calls are in flight."""
         while True:
+            now = time.monotonic()
+            while retries and retries[0][0] <= now:
+                self._begin(calls, entries, heapq.heappop(retries)[2], answers)
+                calling += 1
+            deadline = calls.expire_overdue()  # the calls past it are answered now, into `answers`
             answered = _take_all(answers)
             if answered:
                 return answered
@@ -251,13 +258,7 @@ class EventPublisher:
                 self._begin(calls, entries, chunk, answers)
                 calling += 1
                 continue
-            now = time.monotonic()
-            while retries and retries[0][0] <= now:
-                self._begin(calls, entries, heapq.heappop(retries)[2], answers)
-                calling += 1
-            # The calls past their deadline are answered now (with a timeout), into `answers`.
             waits = [when - now for when, _, _ in retries[:1]]
-            deadline = calls.expire_overdue()
             if deadline is not None:
                 waits.append(deadline)
             try:

@@ -163,13 +163,17 @@ class CrtPutEvents:
         if self._tls is not None:
             tls = self._tls.new_connection_options()
             tls.set_server_name(self._host)
-        opening = crt_http.HttpClientConnection.new(
-            host_name=self._host,
-            port=self._port,
-            bootstrap=self._bootstrap,
-            socket_options=self._socket,
-            tls_connection_options=tls,
-        )
+        try:
+            opening = crt_http.HttpClientConnection.new(
+                host_name=self._host,
+                port=self._port,
+                bootstrap=self._bootstrap,
+                socket_options=self._socket,
+                tls_connection_options=tls,
+            )
+        except Exception:  # noqa: BLE001 -- awscrt's errors, whatever their class
+            self._finish(call, EndpointConnectionError(endpoint_url=self.endpoint_url))
+            return
         opening.add_done_callback(lambda opened: self._opened(call, opened, signed))
 
     def expire_overdue(self) -> float | None:
@@ -178,22 +182,22 @@ class CrtPutEvents:
         call is waiting."""
         now = time.monotonic()
         with self._lock:
-            overdue = [call for call in self._calls if call.deadline <= now]
-            # A call still connecting gets its read deadline when sent, read_timeout after that at the
-            # earliest: look again by then.
-            waiting = [
-                call.deadline if call.connection else min(call.deadline, now + self._read_timeout)
-                for call in self._calls
-                if call.deadline > now
-            ]
-        for call in overdue:
-            connection = call.connection
-            if connection is None:
-                call.settle(ConnectTimeoutError(endpoint_url=self.endpoint_url))
-            elif call.settle(ReadTimeoutError(endpoint_url=self.endpoint_url)):
-                connection.close()
+            calls = list(self._calls)
+        looks = []
+        for call in calls:
+            expired, connection = call.expire(now)
+            if not expired:
+                look = call.next_look(now, self._read_timeout)
+                if look is not None:
+                    looks.append(look)
+                continue
             self._forget(call)
-        return min(waiting) - now if waiting else None
+            if connection is None:
+                call.answer(ConnectTimeoutError(endpoint_url=self.endpoint_url))
+            else:
+                connection.close()
+                call.answer(ReadTimeoutError(endpoint_url=self.endpoint_url))
+        return min(looks) - now if looks else None
 
     def _signing(self, body: bytes) -> auth.AwsSigningConfig:
         """SigV4 for this call, with the credentials botocore holds now (refreshed, or its error raised,
@@ -224,26 +228,21 @@ class CrtPutEvents:
                 if getattr(exc, "name", "") == "AWS_IO_SOCKET_TIMEOUT"
                 else EndpointConnectionError(endpoint_url=self.endpoint_url)
             )
-            call.settle(error)
-            self._forget(call)
-            return
-        if call.answered:  # expired while connecting: the connection is good for the next call
-            self._idle.append(connection)
+            self._finish(call, error)
             return
         self._send(call, connection, signed)
 
     def _send(self, call: _Call, connection: crt_http.HttpClientConnection, signed: Any) -> None:
-        with self._lock:
-            call.connection = connection
-            call.deadline = time.monotonic() + self._read_timeout
+        if not call.attach(connection, time.monotonic() + self._read_timeout):
+            self._idle.append(connection)  # the call timed out while connecting: unused, good for the next
+            return
         try:
             stream = connection.request(signed, on_response=call.on_response, on_body=call.on_body)
             stream.completion_future.add_done_callback(lambda done: self._completed(call, connection, done))
             stream.activate()
         except Exception as exc:  # noqa: BLE001 -- awscrt's errors, whatever their class
             connection.close()
-            call.settle(HTTPClientError(error=exc))
-            self._forget(call)
+            self._finish(call, HTTPClientError(error=exc))
 
     def _completed(self, call: _Call, connection: crt_http.HttpClientConnection, done: Future[Any]) -> None:
         """On the event loop thread: the call's stream ended. Nothing raised here may escape: awscrt
@@ -253,11 +252,22 @@ class CrtPutEvents:
             outcome = call.outcome()
         except Exception as exc:  # noqa: BLE001 -- awscrt's, whatever their class (a callback's too)
             connection.close()
-            call.settle(HTTPClientError(error=exc))
+            self._finish(call, HTTPClientError(error=exc))
         else:
-            if call.settle(outcome) and connection.is_open():
-                self._idle.append(connection)
+            self._finish(call, outcome, reusable=connection)
+
+    def _finish(
+        self, call: _Call, outcome: Answer, reusable: crt_http.HttpClientConnection | None = None
+    ) -> None:
+        """Answer `call` unless a timeout answered it first: forgotten, its connection (`reusable`, once
+        answered in full) back in the pool, then its caller answered, so that a call its caller begins
+        at once finds that connection."""
+        if not call.claim():
+            return
         self._forget(call)
+        if reusable is not None and reusable.is_open():
+            self._idle.append(reusable)
+        call.answer(outcome)
 
     def _forget(self, call: _Call) -> None:
         with self._lock:
@@ -311,14 +321,44 @@ class _Call:
             return parsed
         return ClientError(cast("Any", error_response(self.status, self.headers, answer)), "PutEvents")
 
-    def settle(self, outcome: Answer) -> bool:
-        """Answer the caller, once: False when it was answered already (a timeout came first)."""
+    def claim(self) -> bool:
+        """Take the right to answer the caller, once: False when it was taken already."""
         with self._lock:
             if self.answered:
                 return False
             self.answered = True
+            return True
+
+    def answer(self, outcome: Answer) -> None:
+        """Answer the caller (after claim() or expire() gave the right to)."""
         self._answer(outcome)
-        return True
+
+    def attach(self, connection: crt_http.HttpClientConnection, deadline: float) -> bool:
+        """The connection the call is about to be sent on, and its read deadline: False (not to be sent)
+        when the call was answered already."""
+        with self._lock:
+            if self.answered:
+                return False
+            self.connection = connection
+            self.deadline = deadline
+            return True
+
+    def expire(self, now: float) -> tuple[bool, crt_http.HttpClientConnection | None]:
+        """Whether the call was unanswered and past its deadline at `now` (then its caller is the expirer's
+        to answer), and the connection it was sent on (None: it was still connecting)."""
+        with self._lock:
+            if self.answered or self.deadline > now:
+                return False, None
+            self.answered = True
+            return True, self.connection
+
+    def next_look(self, now: float, read_timeout: float) -> float | None:
+        """When to look at the call again: its deadline; for a call still connecting, no later than
+        read_timeout from now (sent meanwhile, it has a read deadline no earlier than that)."""
+        with self._lock:
+            if self.answered:
+                return None
+            return self.deadline if self.connection else min(self.deadline, now + read_timeout)
 
 
 def error_response(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
