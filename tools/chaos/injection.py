@@ -15,6 +15,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -334,7 +335,13 @@ CRT_TRANSPORT_MODULE = "shop.adapters.eventbridge_crt"
 def wrap_crt_put_events(hook: Callable[[ApiCall, Any, str, dict[str, Any]], Any]) -> None:
     """Send the awscrt transport's PutEvents through `hook(original, transport, "PutEvents", params)`, as
     botocore's calls go through the BaseClient._make_api_call seam: a fault or a refusal is injected
-    whichever transport the function publishes with."""
+    whichever transport the function publishes with.
+
+    Both of the transport's ways in are wrapped: `put_events` (one call, waited for) and `begin` (the
+    publisher's: a call answered later). The hook is synchronous, so a begun call runs it on a thread of
+    its own, as many at once as the publisher begins, and its outcome, whatever the hook returned or
+    raised (a ChaosCrash too: the publisher raises it on its own thread, and the worker dies), is the
+    call's answer."""
 
     def wrap(module: ModuleType) -> None:
         send = module.CrtPutEvents.put_events
@@ -346,6 +353,18 @@ def wrap_crt_put_events(hook: Callable[[ApiCall, Any, str, dict[str, Any]], Any]
         def put_events(transport: Any, *, Entries: list[dict[str, Any]]) -> Any:
             return hook(original, transport, "PutEvents", {"Entries": Entries})
 
+        @functools.wraps(module.CrtPutEvents.begin)
+        def begin(transport: Any, entries: list[dict[str, Any]], answer: Callable[[Any], None]) -> None:
+            def call() -> None:
+                try:
+                    outcome = hook(original, transport, "PutEvents", {"Entries": entries})
+                except BaseException as exc:  # noqa: BLE001 -- the call's answer, raised by the publisher
+                    outcome = exc
+                answer(outcome)
+
+            threading.Thread(target=call, name="chaos-put-events", daemon=True).start()
+
         module.CrtPutEvents.put_events = put_events
+        module.CrtPutEvents.begin = begin
 
     after_import(CRT_TRANSPORT_MODULE, wrap)
