@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import awscrt
@@ -63,14 +63,18 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+if TYPE_CHECKING:
+    from shop.adapters.eventbridge import Answer  # the publisher's PutEventsCalls contract
+
 _TARGET = "AWSEvents.PutEvents"
 _CONTENT_TYPE = "application/x-amz-json-1.1"  # EventBridge speaks the AWS JSON 1.1 protocol
 _USER_AGENT = f"shop-outbox-publisher awscrt/{awscrt.__version__}"
 
 
 class CrtPutEvents:
-    """PutEvents calls to one endpoint, begun from any thread and answered on awscrt's event loop thread
-    (`begin`), or one call waited for (`put_events`, the SDK client's contract).
+    """PutEvents calls to one endpoint: begun from any thread and answered on awscrt's event loop thread
+    (`begin`: adapters.eventbridge's PutEventsCalls), or one call waited for (`put_events`, the SDK
+    client's contract).
 
     Why callbacks and not a thread per call in flight: a call the publisher waits for on a worker thread
     costs two more thread wake-ups and handoffs of the interpreter's lock, which at 32 calls in flight
@@ -279,8 +283,6 @@ class CrtPutEvents:
             self._calls.discard(call)
 
 
-# A PutEvents call's result as the SDK returns it, or the error it raises.
-Answer = dict[str, Any] | BaseException
 # awscrt times the connect itself (the socket's connect timeout); past it by this much, the call is
 # answered with a connect timeout whatever awscrt did.
 _CONNECT_GRACE_SECONDS = 1.0
