@@ -350,6 +350,28 @@ def test_credentials_that_cannot_be_had_are_a_botocore_error_and_nothing_is_sent
     assert endpoint.received == []
 
 
+class _RefusedRefresh(Credentials):
+    """Credentials whose refresh is refused by the service that gives them (an assume-role refresh that
+    STS answers AccessDenied): botocore raises the ClientError."""
+
+    def get_frozen_credentials(self) -> Any:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "AssumeRole")
+
+
+def test_a_begun_call_without_credentials_is_answered_with_the_error_and_nothing_is_sent(
+    endpoint: Scripted,
+) -> None:
+    sdk, _ = clients(endpoint)
+    answers: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    for credentials in (None, _ExpiredRefresh("a", "b"), _RefusedRefresh("a", "b")):
+        transport = CrtPutEvents(sdk, credentials)
+        transport.begin(ENTRIES, labelled(answers, credentials))  # answered, not raised
+        _, answer = answers.get_nowait()
+        assert isinstance(answer, BotoCoreError | ClientError)
+        assert transport.expire_overdue() is None  # nothing left waiting
+    assert endpoint.received == []
+
+
 def test_the_signature_is_the_one_botocore_computes_for_the_request_sent(endpoint: Scripted) -> None:
     _, crt = clients(endpoint)
     endpoint.answer = (200, {}, b'{"FailedEntryCount": 0, "Entries": [{"EventId": "a"}, {"EventId": "b"}]}')

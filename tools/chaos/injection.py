@@ -341,7 +341,9 @@ def wrap_crt_put_events(hook: Callable[[ApiCall, Any, str, dict[str, Any]], Any]
     publisher's: a call answered later). The hook is synchronous, so a begun call runs it on a thread of
     its own, as many at once as the publisher begins, and its outcome, whatever the hook returned or
     raised (a ChaosCrash too: the publisher raises it on its own thread, and the worker dies), is the
-    call's answer."""
+    call's answer. So under chaos the transport's own callbacks do not answer the publisher (each begun
+    call is sent through the waited-for put_events): tests/conformance/test_put_events_transport.py holds
+    that path, timeouts included."""
 
     def wrap(module: ModuleType) -> None:
         send = module.CrtPutEvents.put_events

@@ -2,8 +2,8 @@
 
 moto accepts every PutEvents entry whose Detail is JSON, and the relay only sends such entries, so a
 refusal by the bus cannot come from the emulator: this module injects it at the seam tools/chaos/faults.py
-uses (botocore's BaseClient._make_api_call, and the awscrt transport's put_events), for PutEvents only;
-every other entry and call goes through.
+uses (botocore's BaseClient._make_api_call, and the awscrt transport's put_events and begin), for
+PutEvents only; every other entry and call goes through.
 It is loaded into a function worker through LOCAL_WORKER_PRELOAD, or runs an operator command:
 
     python -m tools.chaos.refusals redrive-poison ...     # = python -m operations redrive-poison ...

@@ -37,7 +37,7 @@ import queue
 import random
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -97,7 +97,7 @@ class ThreadedPutEvents:
         if self._workers is None:
             answer(self._call(entries))
             return
-        self._workers.submit(self._call, entries).add_done_callback(lambda done: answer(done.result()))
+        self._workers.submit(self._call, entries).add_done_callback(lambda done: answer(_outcome(done)))
 
     def expire_overdue(self) -> float | None:
         return None
@@ -108,6 +108,14 @@ class ThreadedPutEvents:
         except BaseException as exc:  # noqa: BLE001 -- the publisher retries the SDK's errors, raises others
             return exc
         return response
+
+
+def _outcome(done: Future[Answer]) -> Answer:
+    """A worker's answer; whatever ended it otherwise (cancelled at shutdown) answers too, never lost."""
+    try:
+        return done.result()
+    except BaseException as exc:  # noqa: BLE001 -- the publisher raises what is not the SDK's
+        return exc
 
 
 @dataclass

@@ -79,10 +79,12 @@ class CrtPutEvents:
     Why callbacks and not a thread per call in flight: a call the publisher waits for on a worker thread
     costs two more thread wake-ups and handoffs of the interpreter's lock, which at 32 calls in flight
     made up about a third of a call's CPU (docs/performance.md, "The PutEvents transport"). Here the
-    publishing thread signs and sends, and the event loop thread reads the answer and hands it over.
+    publishing thread signs each call and sends it on an idle connection (on a new one, awscrt's event
+    loop thread sends it once connected), and the event loop thread reads the answer and hands it over.
 
     Connections: HTTP/1.1 carries one call at a time, so each call takes an idle open connection or opens
-    one, and gives it back once answered; a connection that failed or timed out is closed, never reused."""
+    one, and gives it back once answered. A connection that failed, or whose call timed out once sent, is
+    closed, never reused; one that opened after its call timed out connecting is unused, and pooled."""
 
     def __init__(self, sdk_client: Any, credentials: Credentials | None) -> None:
         """`sdk_client`: the boto3 EventBridge client whose endpoint, region and timeouts it takes;
@@ -124,40 +126,26 @@ class CrtPutEvents:
             return outcome
 
     def begin(self, entries: list[dict[str, Any]], answer: Callable[[Answer], None]) -> None:
-        """Send one call now; `answer` is called once, from this thread or the event loop's, with its
-        result or the error the SDK client would raise. A call not answered in time is answered with a
-        timeout when expire_overdue() is next called: call it at the latest when it said to."""
+        """Send one call now; `answer` is called once with its result or the error the SDK client would
+        raise: from this thread (a failure before sending), awscrt's event loop thread (the endpoint's
+        answer, or a failed connection), or the thread calling expire_overdue (a timeout: a call not
+        answered in time is answered so when expire_overdue() is next called; call it at the latest when
+        it said to)."""
         self._start(entries, answer)
 
     # put_events and begin both send through _start, so that a wrapper of either (the chaos injector's,
     # tools/chaos/injection.py) sees each call once.
     def _start(self, entries: list[dict[str, Any]], answer: Callable[[Answer], None]) -> None:
-        call = _Call(answer, time.monotonic() + self._connect_timeout + _CONNECT_GRACE_SECONDS)
+        body = json.dumps({"Entries": entries}).encode()
         try:
-            body = json.dumps({"Entries": entries}).encode()
-            signing = self._signing(body)
-        except BotoCoreError as exc:
+            signed = self._signed_request(body)
+        except (BotoCoreError, ClientError) as exc:  # the credentials' refresh, raised as the SDK raises it
             answer(exc)
             return
-        request = crt_http.HttpRequest(
-            "POST",
-            self._path,
-            crt_http.HttpHeaders(
-                [
-                    ("Host", self._host_header),
-                    ("Content-Type", _CONTENT_TYPE),
-                    ("X-Amz-Target", _TARGET),
-                    ("Content-Length", str(len(body))),
-                    ("User-Agent", _USER_AGENT),
-                ]
-            ),
-            io.BytesIO(body),
-        )
-        try:
-            signed = auth.aws_sign_request(request, signing).result()
         except Exception as exc:  # noqa: BLE001 -- awscrt's errors, whatever their class: nothing was sent
             answer(HTTPClientError(error=exc))
             return
+        call = _Call(answer, time.monotonic() + self._connect_timeout + _CONNECT_GRACE_SECONDS)
         with self._lock:
             self._calls.add(call)
         while self._idle:
@@ -168,11 +156,11 @@ class CrtPutEvents:
             if connection.is_open():
                 self._send(call, connection, signed)
                 return
-        tls = None
-        if self._tls is not None:
-            tls = self._tls.new_connection_options()
-            tls.set_server_name(self._host)
         try:
+            tls = None
+            if self._tls is not None:
+                tls = self._tls.new_connection_options()
+                tls.set_server_name(self._host)
             opening = crt_http.HttpClientConnection.new(
                 host_name=self._host,
                 port=self._port,
@@ -207,6 +195,25 @@ class CrtPutEvents:
                 connection.close()
                 call.answer(ReadTimeoutError(endpoint_url=self.endpoint_url))
         return min(looks) - now if looks else None
+
+    def _signed_request(self, body: bytes) -> crt_http.HttpRequest:
+        """The PutEvents request for `body`, signed (SigV4) with the credentials botocore holds now."""
+        request = crt_http.HttpRequest(
+            "POST",
+            self._path,
+            crt_http.HttpHeaders(
+                [
+                    ("Host", self._host_header),
+                    ("Content-Type", _CONTENT_TYPE),
+                    ("X-Amz-Target", _TARGET),
+                    ("Content-Length", str(len(body))),
+                    ("User-Agent", _USER_AGENT),
+                ]
+            ),
+            io.BytesIO(body),
+        )
+        signed: crt_http.HttpRequest = auth.aws_sign_request(request, self._signing(body)).result()
+        return signed
 
     def _signing(self, body: bytes) -> auth.AwsSigningConfig:
         """SigV4 for this call, with the credentials botocore holds now (refreshed, or its error raised,
