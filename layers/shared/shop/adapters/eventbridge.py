@@ -38,7 +38,6 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -118,22 +117,18 @@ def _outcome(done: Future[Answer]) -> Answer:
         return exc
 
 
-@dataclass
-class _ChunkResult:
-    result: PublishResult
-    failed_at: int | None  # the first position of the chunk left unpublished by a failure that remains
-
-
 class _Chunk:
-    """One chunk being published: its entries not yet accepted, its attempts, what its calls did."""
+    """One chunk being published: its entries not yet accepted, its attempts, what its calls did, and,
+    once done, the first of its positions a failure that remains left unpublished (None: none)."""
 
-    __slots__ = ("attempt", "index", "pending", "result")
+    __slots__ = ("attempt", "failed_at", "index", "pending", "result")
 
     def __init__(self, index: int, positions: Sequence[int]) -> None:
         self.index = index
         self.pending = list(positions)
         self.attempt = 0
         self.result = PublishResult()
+        self.failed_at: int | None = None
 
 
 class EventPublisher:
@@ -204,25 +199,25 @@ class EventPublisher:
                 return result
             answered = self._wait(calls, entries, answers, retries, unsettled - len(retries))
             for chunk, answer in sorted(answered, key=lambda pair: pair[0].index):
-                step = self._answered(chunk, answer, remaining_seconds)
-                if not isinstance(step, _ChunkResult):  # a retry, after `step` seconds
-                    heapq.heappush(retries, (time.monotonic() + step, chunk.index, chunk))
+                retry_in = self._answered(chunk, answer, remaining_seconds)
+                if retry_in is not None:
+                    heapq.heappush(retries, (time.monotonic() + retry_in, chunk.index, chunk))
                     continue
                 unsettled -= 1
-                result.merge(step.result)
-                failed_at = step.failed_at
+                result.merge(chunk.result)
+                failed_at = chunk.failed_at
                 # Rejected entries before the chunk's failure are handed over in order; one the caller
                 # cannot put away becomes the failure itself. One after an entry that already failed lies
                 # past the checkpoint: it is not put away now but comes again, and its chunk is not
                 # settled (its order's later events must not go out while it is neither on the bus nor
                 # put away).
-                for position in sorted(step.result.rejected):
+                for position in sorted(chunk.result.rejected):
                     if failed_at is not None and position > failed_at:
                         break
                     if schedule.past_a_failure(position):
                         failed_at = position
                         break
-                    code, message = step.result.rejected[position]
+                    code, message = chunk.result.rejected[position]
                     if on_rejected is not None and not on_rejected(position, code, message):
                         failed_at = position
                         break
@@ -277,24 +272,21 @@ class EventPublisher:
 
     def _answered(
         self, chunk: _Chunk, answer: Answer, remaining_seconds: Callable[[], float]
-    ) -> _ChunkResult | float:
-        """What a call's answer leaves of its chunk: its result, or the seconds to wait before retrying the
-        entries still failing (a failed call's error that is not the SDK's is raised here)."""
+    ) -> float | None:
+        """Count a call's answer into its chunk: the seconds to wait before retrying the entries still
+        failing, or None when the chunk is done (its failed_at set). A failed call's error that is not
+        the SDK's is raised here."""
         result = chunk.result
         if isinstance(answer, ClientError):
             result.calls += 1
             code = str(answer.response.get("Error", {}).get("Code", "Unknown"))
             result.count_failure(code)
-            delay = self._retry_delay(chunk.attempt, remaining_seconds)
-            if code in RETRYABLE_CALL_CODES and delay is not None:
-                return delay
-            return _ChunkResult(result, chunk.pending[0])
+            return self._retry_or_fail(chunk, code in RETRYABLE_CALL_CODES, remaining_seconds)
         if isinstance(answer, BotoCoreError):
             # Connection or timeout: the call may or may not have landed; retrying can duplicate,
             # which consumers absorb, whereas giving up early only delays.
             result.count_failure("ConnectionError")
-            delay = self._retry_delay(chunk.attempt, remaining_seconds)
-            return _ChunkResult(result, chunk.pending[0]) if delay is None else delay
+            return self._retry_or_fail(chunk, True, remaining_seconds)
         if isinstance(answer, BaseException):
             raise answer
         result.calls += 1
@@ -312,11 +304,18 @@ class EventPublisher:
             else:
                 result.accepted_positions.append(position)
         if not still_failing:
-            return _ChunkResult(result, None)
+            return None
+        chunk.pending = still_failing
+        return self._retry_or_fail(chunk, retryable, remaining_seconds)
+
+    def _retry_or_fail(
+        self, chunk: _Chunk, retryable: bool, remaining_seconds: Callable[[], float]
+    ) -> float | None:
+        """The wait before retrying the chunk's pending entries, or, when the failure is not retryable or
+        the budget or the clock says stop, None with the chunk failed at its first pending entry."""
         delay = self._retry_delay(chunk.attempt, remaining_seconds) if retryable else None
         if delay is None:
-            return _ChunkResult(result, still_failing[0])
-        chunk.pending = still_failing
+            chunk.failed_at = chunk.pending[0]
         return delay
 
 
