@@ -42,7 +42,7 @@ class Refused(Exception):
 def error_response(exc: Exception) -> Response[Any]:
     """Every failure's answer: {"error": {code, message, details}}, never internals."""
     if isinstance(exc, InvalidRequest):
-        exc = Refused(422, "VALIDATION_FAILED", "the request is invalid", {"fields": exc.fields})
+        exc = Refused(422, "VALIDATION_FAILED", "the request is invalid", exc.details)
     if isinstance(exc, Refused | errors.DomainError):
         status = exc.status if isinstance(exc, Refused) else _STATUS_FOR_ERROR.get(type(exc), 400)
         code, message, details = exc.code, exc.message, exc.details

@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import jsonschema  # type: ignore[import-untyped]  # no stubs in .venv; only validates here
 import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from botocore.stub import Stubber
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
@@ -225,6 +226,50 @@ def test_a_body_python_cannot_decode_as_json_is_a_400_not_a_500(api, table_items
     assert table_items() == []
 
 
+def valid_body() -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(create_event()["body"])
+    return body
+
+
+@pytest.mark.parametrize("depth", [254, 255, 5_000])
+@pytest.mark.parametrize("field", ["extra", "customerId"])
+def test_a_value_nested_past_the_validators_limit_is_a_422_naming_its_field(api, table_items, field, depth):
+    """Python's json parser takes 5,000 levels; jsonschema-rs stops at 255 (it raised, a 500)."""
+    body = valid_body()
+    event = create_event()
+    event["body"] = json.dumps(body)[:-1] + f', "{field}": ' + "[" * depth + "]" * depth + "}"
+
+    response = api(event)
+
+    assert response["statusCode"] == 422
+    assert json_body(response)["error"]["details"]["fields"] == [
+        {"field": field, "message": "the value is nested more than 32 levels deep"}
+    ]
+    assert table_items() == []
+
+
+def test_a_422_stays_small_however_many_faults_the_body_has(api):
+    """One jsonschema-rs error lists every unknown key; copied to each key's field, 3,000 keys (a 30 KB
+    body) made a 78 MB answer, past Lambda's 6 MB response limit (a 502 from API Gateway)."""
+    many_keys = {**valid_body(), **{f"k{n}": 0 for n in range(3_000)}}
+    long_key = {**valid_body(), "k" * 200_000: 0}
+    many_lines = {**valid_body(), "items": [{}] * 30_000}
+
+    answers = [json_body(api(create_event(body))) for body in (many_keys, long_key, many_lines)]
+
+    details = [answer["error"]["details"] for answer in answers]
+    assert [len(d["fields"]) for d in details] == [100, 1, 100]
+    assert details[0]["fieldsOmitted"] == 2_900
+    assert details[0]["fields"][0] == {
+        "field": "k0",
+        "message": "Additional properties are not allowed ('k0' was unexpected)",
+    }
+    assert details[1]["fields"][0]["field"] == "k" * 64 + "…"
+    assert "fieldsOmitted" not in details[1]
+    assert {"field": "items", "message": "the value has more than 98 items"} in details[2]["fields"]
+    assert all(len(json.dumps(answer)) < 20_000 for answer in answers)
+
+
 def test_body_larger_than_the_event_limit_is_a_413(api):
     event = create_event()
     event["body"] = json.dumps({"customerId": "c-1", "pad": "x" * 300_000})
@@ -394,6 +439,63 @@ def test_a_replay_whose_key_record_read_is_throttled_is_a_503(api, monkeypatch):
 
     assert response["statusCode"] == 503
     assert json_body(response)["error"]["code"] == "SERVICE_BUSY"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ReadTimeoutError(endpoint_url="http://dynamodb"),
+        EndpointConnectionError(endpoint_url="http://dynamodb"),
+    ],
+    ids=["read-timeout", "no-connection"],
+)
+@pytest.mark.parametrize("request_name", ["api_get_order.json", "api_cancel_order.json"])
+def test_a_read_the_sdk_gave_up_on_is_a_503_as_on_postgresql(api, monkeypatch, failure, request_name):
+    created = json_body(api(create_event(key="warm-up")))
+    client = shop.adapters.aws.dynamodb()
+
+    def gave_up(**kwargs: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(client, "get_item", gave_up)
+
+    response = api(order_event(request_name, created["orderId"]))
+
+    assert response["statusCode"] == 503
+    assert header(response, "Retry-After") == "1"
+    assert json_body(response)["error"]["code"] == "SERVICE_BUSY"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ReadTimeoutError(endpoint_url="http://dynamodb"),
+        ClientError({"Error": {"Code": "TransactionInProgressException"}}, "TransactWriteItems"),
+    ],
+    ids=["read-timeout", "transaction-in-progress"],
+)
+def test_a_create_whose_outcome_stays_unknown_is_a_503_and_its_retry_creates_one_order(
+    api, table_items, monkeypatch, failure
+):
+    api(create_event(key="warm-up"))
+    monkeypatch.setattr(shop.adapters.dynamodb.transactions, "MAX_RETRY_SECONDS", 0.0)
+    client = shop.adapters.aws.dynamodb()
+    commit = client.transact_write_items
+
+    def lost(**kwargs: Any) -> Any:
+        commit(**kwargs)  # committed, and then its answer is lost
+        raise failure
+
+    monkeypatch.setattr(client, "transact_write_items", lost)
+    response = api(create_event(key="lost"))
+    monkeypatch.setattr(client, "transact_write_items", commit)
+    retried = api(create_event(key="lost"))
+
+    assert response["statusCode"] == 503
+    assert json_body(response)["error"]["code"] == "SERVICE_BUSY"
+    assert retried["statusCode"] == 201
+    assert header(retried, "Idempotent-Replayed") == "true"
+    assert len(outbox_envelopes(table_items())) == 2  # warm-up's and this one's
 
 
 def test_unexpected_failure_is_a_500_without_internals(api):

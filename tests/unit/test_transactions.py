@@ -155,11 +155,18 @@ def test_retries_stop_short_of_the_invocation_deadline(monkeypatch, clock):
     assert clock.sleeps  # it did retry while there was time
 
 
-def test_an_unknown_outcome_that_outlasts_the_budget_is_raised_as_it_is(monkeypatch, clock):
-    timeout = ReadTimeoutError(endpoint_url="http://dynamodb")
-    client = ScriptedDynamoDB(*[timeout] * 1000)
+@pytest.mark.parametrize(
+    "unknown",
+    [ReadTimeoutError(endpoint_url="http://dynamodb"), plain("TransactionInProgressException")],
+    ids=["read-timeout", "transaction-in-progress"],
+)
+def test_an_unknown_outcome_that_outlasts_the_budget_is_service_busy(monkeypatch, clock, unknown):
+    """As on PostgreSQL (a COMMIT whose answer was lost): the API answers 503 and its caller's retry, with
+    the same Idempotency-Key, finds the order committed or writes it."""
+    client = ScriptedDynamoDB(*[unknown] * 1000)
 
-    with pytest.raises(ReadTimeoutError):
+    with pytest.raises(ServiceBusy) as raised:
         run(monkeypatch, client, clock, seconds_left=lambda: 1.0)
 
+    assert raised.value.__cause__ is unknown
     assert len(client.calls) == 1

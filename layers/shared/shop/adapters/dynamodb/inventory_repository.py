@@ -11,8 +11,8 @@ from shop.adapters.dynamodb import keys
 from shop.adapters.dynamodb.outbox_writes import OutboxSettings, outbox_put
 from shop.adapters.dynamodb.transactions import (
     SecondsLeft,
+    busy_when_unavailable,
     cancellation_reasons,
-    raise_if_throttled,
     transact_write_items,
     unbounded,
 )
@@ -134,15 +134,12 @@ class DynamoInventoryRepository:
 
     # --- InventoryRepository ------------------------------------------------------------------------
     def get_reservation(self, order_id: str) -> Reservation | None:
-        try:
+        with busy_when_unavailable():
             item = (
                 aws.dynamodb()
                 .get_item(TableName=self._table, Key=keys.reservation_key(order_id), ConsistentRead=True)
                 .get("Item")
             )
-        except ClientError as exc:
-            raise_if_throttled(exc)
-            raise
         return _reservation_from_item(item) if item else None
 
     def reserve(self, reservation: Reservation, event: CloudEvent) -> None:

@@ -13,9 +13,9 @@ from shop.adapters.dynamodb import keys
 from shop.adapters.dynamodb.outbox_writes import OutboxSettings, outbox_put
 from shop.adapters.dynamodb.transactions import (
     SecondsLeft,
+    busy_when_unavailable,
     cancellation_codes,
     error_code,
-    raise_if_throttled,
     transact_write_items,
     unbounded,
 )
@@ -178,24 +178,18 @@ class DynamoOrderRepository:
             raise
 
     def get(self, order_id: str) -> Order | None:
-        try:
+        with busy_when_unavailable():
             response = aws.dynamodb().get_item(
                 TableName=self._table, Key=keys.order_key(order_id), ConsistentRead=True
             )
-        except ClientError as exc:
-            raise_if_throttled(exc)
-            raise
         item = response.get("Item")
         return _order_from_item(item) if item else None
 
     def get_request(self, caller: str, idempotency_key: str) -> RequestRecord | None:
-        try:
+        with busy_when_unavailable():
             response = aws.dynamodb().get_item(
                 TableName=self._table, Key=keys.request_key(caller, idempotency_key), ConsistentRead=True
             )
-        except ClientError as exc:
-            raise_if_throttled(exc)
-            raise
         item = response.get("Item")
         if not item or int(item["expiresAt"]["N"]) < time.time():
             return None  # TTL deletion is lazy: an expired record no longer binds the key

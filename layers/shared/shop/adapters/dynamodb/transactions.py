@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
@@ -76,6 +77,23 @@ def raise_if_throttled(exc: ClientError) -> None:
         raise ServiceBusy("the order store is busy; retry shortly") from exc
 
 
+_UNAVAILABLE = "the order store did not answer; retry shortly"
+
+
+@contextmanager
+def busy_when_unavailable() -> Iterator[None]:
+    """A read that was throttled, or that the SDK gave up on after its own retries (a timeout, a broken
+    connection), raises ServiceBusy: the API answers 503 + Retry-After, as it does for the PostgreSQL
+    store, and a consumer's message is retried. Any other ClientError propagates, for the caller."""
+    try:
+        yield
+    except ClientError as exc:
+        raise_if_throttled(exc)
+        raise
+    except _OUTCOME_UNKNOWN as exc:
+        raise ServiceBusy(_UNAVAILABLE) from exc
+
+
 def new_request_token() -> str:
     return str(uuid.uuid4())  # ClientRequestToken: 1-36 characters
 
@@ -97,9 +115,9 @@ def transact_write_items(
     request (a new ClientRequestToken). After an error that leaves the outcome unknown (a read timeout
     the SDK gave up on, TransactionInProgressException) the same token is sent again: DynamoDB answers a
     committed transaction's token as a success without writing (TransactWriteItems, ClientRequestToken),
-    and the caller answers like the first call. Raises ServiceBusy when the budget runs out, and the
-    ClientError of any other failure (a condition that failed, a validation error) for the caller to
-    classify.
+    and the caller answers like the first call. Raises ServiceBusy when the budget runs out (contention,
+    or an outcome still unknown), and the ClientError of any other failure (a condition that failed, a
+    validation error) for the caller to classify.
     """
     started = clock()
     token = new_request_token()
@@ -126,6 +144,10 @@ def transact_write_items(
         if spent + delay > MAX_RETRY_SECONDS or seconds_left() - delay < RESERVE_SECONDS:
             if isinstance(failure, ClientError):
                 raise_if_throttled(failure)
-            raise failure
+                if error_code(failure) not in _OUTCOME_UNKNOWN_CODES:
+                    raise failure
+            # The outcome is unknown: a retry of the same request (the same Idempotency-Key, the same
+            # cancel) finds the transaction committed or runs it, so the caller is told to retry.
+            raise ServiceBusy(_UNAVAILABLE) from failure
         attempt += 1
         sleep(delay)
