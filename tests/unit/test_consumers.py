@@ -247,7 +247,18 @@ def test_a_failed_message_is_logged_with_its_message_and_event_ids_and_counted(
     assert metric_values(capsys.readouterr().out, "MessagesFailed") == [1]
 
 
-@pytest.mark.parametrize("body", ["[1]", '{"detail": "not an object"}', "{}", "not json"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[1]",
+        '{"detail": "not an object"}',
+        "{}",
+        "not json",
+        '{"detail": ' + "[" * 100_000 + "]" * 100_000 + "}",  # past the recursion limit: RecursionError
+        '{"detail": {"id": ' + "9" * 5_000 + "}}",  # past the integer digit limit: a plain ValueError
+    ],
+    ids=["a-list", "detail-a-string", "no-detail", "not-json", "nested-too-deeply", "integer-too-long"],
+)
 def test_a_message_that_is_no_event_fails_alone_logged_without_an_event_id(invoke, inventory, caplog, body):
     event = load_event("sqs_inventory_order_created.json")
     [good] = event["Records"]

@@ -56,7 +56,9 @@ class ConsumerBatchProcessor(BatchProcessor):
     def failure_handler(self, record: Any, exception: Any) -> Any:
         _, error, _ = exception
         event_id = None
-        with contextlib.suppress(json.JSONDecodeError, AttributeError):  # malformed: no id to log
+        # Only to log the event id: a body that cannot give one (not JSON, nested past the recursion limit,
+        # an integer past the digit limit, not an object) is logged without it, and fails alone.
+        with contextlib.suppress(ValueError, TypeError, RecursionError, AttributeError):
             event_id = json.loads(record.body).get("detail", {}).get("id")
         logger.error(
             "message failed; it will be retried and then dead-lettered",
