@@ -60,10 +60,10 @@ def test_rows_past_their_window_leave_in_batches_and_pending_rows_never_do(
         connection.execute(  # published 15 days ago: inside the window, kept
             "UPDATE outbox SET published_at = now() - interval '15 days' WHERE aggregate_id = %s", (old[2],)
         )
-        # Inbox rows past the consumers' redelivery window (16 + 18 = 34 days), and one inside it.
-        connection.execute("UPDATE inbox SET processed_at = now() - interval '35 days'")
+        # Inbox rows past the consumers' redelivery window (16 + 19 = 35 days), and one inside it.
+        connection.execute("UPDATE inbox SET processed_at = now() - interval '36 days'")
         connection.execute(
-            "UPDATE inbox SET processed_at = now() - interval '33 days'"
+            "UPDATE inbox SET processed_at = now() - interval '34 days'"
             " WHERE event_id = (SELECT min(event_id) FROM inbox)"
         )
         connection.execute(

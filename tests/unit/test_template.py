@@ -836,15 +836,18 @@ def test_every_queued_or_parked_message_still_finds_its_events_in_the_table(temp
 
 
 def test_consumers_remember_event_ids_for_the_whole_republish_window(template: Template):
-    # Redrive, replay and the bus archive can republish an event until the outbox TTL; the message may
-    # then wait out its queue's and its DLQ's retention before a consumer sees it.
+    # Redrive, replay and the bus archive can republish an event until the outbox TTL; EventBridge may
+    # then retry its delivery to the queue for up to MaximumEventAgeInSeconds, and the message wait out its
+    # queue's and its DLQ's retention before a consumer sees it.
     ttl_days = int(template.data["Parameters"]["OutboxTtlDays"]["MinValue"])
     assert template.resources["EventBusArchive"]["Properties"]["RetentionDays"] == {"Ref": "OutboxTtlDays"}
     for name in ("Inventory", "OrderStatus", "Notification"):
         env = template.function(f"{name}Function").environment
         settings = Settings.from_env({**env, "OUTBOX_TTL_DAYS": str(ttl_days)})
+        [target] = template.properties(f"{name}Rule")["Targets"]
         window = (
             ttl_days
+            + int(target["RetryPolicy"]["MaximumEventAgeInSeconds"]) / DAY
             + retention_days(template, f"{name}Queue")
             + retention_days(template, f"{name}DeadLetterQueue")
         )

@@ -14,10 +14,11 @@ from functools import cache
 EVENTBRIDGE_MAX_ENTRY_BYTES = 262_144  # PutEvents default limit per entry and per request
 DAY_SECONDS = 86_400
 # The outbox TTL is the republish window: redrive, replay and the bus archive (kept as long) can put
-# an event on the bus again until then. A republished message may then still wait in its consumer
-# queue (4 days' retention) and that queue's DLQ (14 days) before a consumer sees it. Consumers
-# remember event ids for all of it, so no redelivery inside the window repeats an effect.
-CONSUMER_REDELIVERY_DAYS = 4 + 14
+# an event on the bus again until then. EventBridge may then retry its delivery to the consumer queue
+# for a day (the rule target's MaximumEventAgeInSeconds), and the message still wait in that queue
+# (4 days' retention) and its DLQ (14 days) before a consumer sees it. Consumers remember event ids
+# for all of it, so no redelivery inside the window repeats an effect (tests/unit/test_template.py).
+CONSUMER_REDELIVERY_DAYS = 1 + 4 + 14
 
 
 # At 50 ms a PutEvents, 32 calls of 10 in flight cap a relay at 6,400 events/s; 16 capped it at 3,200
