@@ -439,3 +439,31 @@ def test_a_spill_set_stays_until_every_slot_has_confirmed_past_its_source_lsn(
         assert report.replay_sets_deleted == 1
     finally:
         use_polling_relay(order_database, slot)
+
+
+def test_retention_follows_the_relay_that_owns_the_outbox_not_the_functions_configuration(
+    order_database: ConnectionSettings, database: Database
+):
+    """A deploy that switches logical -> polling hands the outbox back before the maintenance function's
+    configuration changes (it DependsOn the schema). Still configured for logical, it must not delete a
+    pending row by its age: the polling publisher has yet to publish it."""
+    still_logical = Settings.from_env({"OUTBOX_TTL_DAYS": "16", "POSTGRES_RELAY": "logical"})
+    pending, published = place(database, 2)
+    with connect(order_database) as connection:
+        connection.execute(
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '20 days', published_at = NULL"
+            " WHERE aggregate_id = %s",
+            (pending,),
+        )
+        connection.execute(
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '20 days',"
+            " published_at = clock_timestamp() - interval '17 days' WHERE aggregate_id = %s",
+            (published,),
+        )
+
+    report = maintain_order_store(database, still_logical, lambda: 60.0)
+
+    assert report.outbox_rows_deleted == 2  # the published order's two rows
+    with connect(order_database) as connection:
+        left = connection.execute("SELECT DISTINCT aggregate_id FROM outbox").fetchall()
+    assert left == [(pending,)]

@@ -58,23 +58,19 @@ def maintain_order_store(
 ) -> MaintenanceReport:
     report = MaintenanceReport()
     logical = settings.postgres_relay == "logical"
-    steps: list[tuple[str, Callable[..., int], tuple[int, ...], dict[str, bool]]] = [
-        (
-            "outbox_rows_deleted",
-            delete_published_outbox_rows,
-            (settings.outbox_ttl_days * DAY_SECONDS,),
-            {"logical_relay": logical},
-        ),
-        ("inbox_rows_deleted", delete_inbox_rows, (settings.idempotency_expires_after_seconds,), {}),
-        ("request_keys_deleted", delete_expired_request_keys, (), {}),
+    steps: list[tuple[str, Callable[..., int], tuple[int, ...]]] = [
+        # by the rule of the relay that owns the outbox now (outbox_relay.mode, not PostgresRelay)
+        ("outbox_rows_deleted", delete_published_outbox_rows, (settings.outbox_ttl_days * DAY_SECONDS,)),
+        ("inbox_rows_deleted", delete_inbox_rows, (settings.idempotency_expires_after_seconds,)),
+        ("request_keys_deleted", delete_expired_request_keys, ()),
         # Finished replay sets, the outbox rows' window after they finished; a recovery's set stays while its
         # record names it (finish_recovery_if_drained, below, clears it: the set leaves on a later run).
-        ("replay_sets_deleted", delete_finished_replay_sets, (settings.outbox_ttl_days * DAY_SECONDS,), {}),
+        ("replay_sets_deleted", delete_finished_replay_sets, (settings.outbox_ttl_days * DAY_SECONDS,)),
     ]
-    for name, delete, window, options in steps:
+    for name, delete, window in steps:
         while seconds_left() > RESERVE_SECONDS:
             with database.transaction() as cursor:  # one short transaction per batch
-                deleted = delete(cursor, *window, batch_rows, **options)
+                deleted = delete(cursor, *window, batch_rows)
             setattr(report, name, getattr(report, name) + deleted)
             if deleted < batch_rows:
                 break

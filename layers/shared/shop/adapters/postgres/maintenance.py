@@ -25,6 +25,8 @@ from typing import Any
 
 import psycopg
 
+from shop.adapters.postgres.outbox import relay_mode
+
 # A row a replay set still names (a replay, or a handover to the logical relay, not drained yet:
 # shop.adapters.postgres.replays) stays, however old: it is still to be published. (Its foreign key would
 # refuse the delete anyway, failing the whole batch.)
@@ -97,9 +99,14 @@ class OutboxHealth:
     rows: int  # the planner's estimate (pg_class.reltuples), refreshed by autovacuum
 
 
-def delete_published_outbox_rows(
-    cursor: psycopg.Cursor[Any], older_than_seconds: int, limit: int, *, logical_relay: bool = False
-) -> int:
+def delete_published_outbox_rows(cursor: psycopg.Cursor[Any], older_than_seconds: int, limit: int) -> int:
+    # What "done" means depends on the relay that owns the outbox (the logical relay marks no row
+    # published), read from the database, not from this function's configuration, which a deploy that
+    # switched the relay may not have reached yet: under a logical rule a polling outbox's pending rows
+    # would go. The DELETE's own lock is taken first, so no switch (EXCLUSIVE) changes the mode before
+    # this transaction ends.
+    cursor.execute("LOCK TABLE outbox IN ROW EXCLUSIVE MODE")
+    logical_relay = relay_mode(cursor) == "logical"
     # A parked row is evidence, and may be the only copy of its event: kept until an operator redrives it
     # (then it is published again, and leaves like any other) or discards it (it leaves the window after).
     if logical_relay:
