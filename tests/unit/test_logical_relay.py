@@ -4,6 +4,7 @@ records PutEvents)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -320,6 +321,42 @@ def test_one_relay_reads_the_slot_at_a_time(
         assert relay_round(database).taken == 0
 
     assert relay_round(database).taken == 3
+
+
+@pytest.mark.parametrize(
+    ("held_seconds", "wait_seconds", "answer"),
+    [(0.7, 1.0, "an age"), (2.0, 0.5, "None")],
+    ids=["round-ends-within-the-wait", "round-outlasts-the-wait"],
+)
+def test_maintenance_waits_for_a_relay_round_as_long_as_it_says_not_as_long_as_the_statement_timeout(
+    order_database: ConnectionSettings, database: Database, slot: str, held_seconds, wait_seconds, answer
+):
+    """The lock wait (10 s in maintenance) is longer than the session's statement timeout (5 s): the
+    timeout cancelled the wait first (QueryCanceled, so ServiceBusy), and the maintenance run failed
+    without its health metrics while the relay was busiest. Here the statement timeout is 0.3 s."""
+    place_orders(database, 1)
+    taken, release = threading.Event(), threading.Event()
+
+    def round_in_progress() -> None:
+        with connect(order_database) as other, other.transaction(), other.cursor() as cursor:
+            assert replication.try_lock_slot(cursor, SLOT)
+            taken.set()
+            release.wait(held_seconds)
+
+    holder = threading.Thread(target=round_in_progress)
+    holder.start()
+    try:
+        assert taken.wait(5)
+        with database.transaction() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = 300")
+            age = replication.oldest_undelivered_seconds(cursor, SLOT, wait_seconds)
+    finally:
+        release.set()
+        holder.join()
+
+    assert ("None" if age is None else "an age") == answer
+    if age is not None:
+        assert age >= 0
 
 
 def test_writes_without_outbox_rows_do_not_hold_wal_in_the_slot(

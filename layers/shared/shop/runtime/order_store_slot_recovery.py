@@ -39,7 +39,7 @@ from typing import Any
 
 import psycopg
 
-from shop.adapters.postgres.connection import Database, limit_lock_wait, limit_statement_time
+from shop.adapters.postgres.connection import Database, limit_lock_wait, limit_statement_time, wait_for_locks
 from shop.adapters.postgres.replication import (
     advance_slot,
     lock_slot_for_session,
@@ -227,7 +227,7 @@ def _execute(
         report.done.append(f"recorded the recovery of {slot}, republishing from {report.since}")
         step = "keep the relay off the slot"
         with database.transaction() as cursor:
-            limit_lock_wait(cursor, LOCK_WAIT_SECONDS * 1000)
+            wait_for_locks(cursor, LOCK_WAIT_SECONDS * 1000)
             lock_slot_for_session(cursor, slot)
         locked = True
         report.done.append("holding the relay's lock")

@@ -69,6 +69,14 @@ def limit_lock_wait(cursor: psycopg.Cursor, milliseconds: int) -> None:
     cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
 
 
+def wait_for_locks(cursor: psycopg.Cursor, milliseconds: int) -> None:
+    """For the rest of the cursor's transaction, a statement may wait this long for a lock, and then fails
+    with LockNotAvailable: its statement timeout is raised past the wait, or the session's
+    (STATEMENT_TIMEOUT_MS) would cancel a longer wait first (QueryCanceled)."""
+    limit_lock_wait(cursor, milliseconds)
+    limit_statement_time(cursor, milliseconds + STATEMENT_TIMEOUT_MS)
+
+
 class Database:
     def __init__(self, settings: ConnectionSettings) -> None:
         self._settings = settings

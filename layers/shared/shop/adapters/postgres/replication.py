@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from shop.adapters.postgres import replays
-from shop.adapters.postgres.connection import limit_lock_wait
+from shop.adapters.postgres.connection import STATEMENT_TIMEOUT_MS, limit_statement_time, wait_for_locks
 from shop.adapters.postgres.outbox import OutboxRow
 from shop.adapters.postgres.pgoutput import (
     Begin,
@@ -341,7 +341,7 @@ FROM pg_replication_slots WHERE slot_name = %s
 def oldest_undelivered_seconds(cursor: psycopg.Cursor[Any], slot: str, wait_seconds: float) -> float | None:
     """Age of the oldest commit the slot has not confirmed (0 when it holds nothing), read under the
     relay's lock (rounds are short); None when the relay held it longer than `wait_seconds`."""
-    limit_lock_wait(cursor, int(wait_seconds * 1000))
+    wait_for_locks(cursor, int(wait_seconds * 1000))
     try:
         with (
             cursor.connection.transaction()
@@ -349,6 +349,7 @@ def oldest_undelivered_seconds(cursor: psycopg.Cursor[Any], slot: str, wait_seco
             lock_slot(cursor, slot)
     except psycopg.errors.LockNotAvailable:
         return None
+    limit_statement_time(cursor, STATEMENT_TIMEOUT_MS)  # the wait is over: the session's limit again
     changes = peek_changes(cursor, slot, 1)
     if not changes.transactions:
         return 0.0
