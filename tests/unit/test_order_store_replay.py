@@ -262,3 +262,30 @@ def test_with_the_logical_relay_a_row_a_pending_replay_names_outlives_retention_
         assert after_republish.outbox_rows_deleted == 1
     finally:
         use_polling_relay(order_database, slot)
+
+
+def test_a_replay_longer_than_the_sessions_statement_timeout_resets_within_the_invocations_time(
+    order_database: ConnectionSettings, outbox: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch
+):
+    """The window is selected and reset in one transaction. Under the session's statement timeout (5 s;
+    0.2 s here) a large window failed every time (QueryCanceled: ServiceBusy, "retry shortly"), each retry
+    doing the same work: here the selection is made to take 0.5 s."""
+    from shop.adapters.postgres import connection
+    from shop.runtime import order_store_replay
+
+    monkeypatch.setattr(connection, "STATEMENT_TIMEOUT_MS", 200)
+    real_reset = order_store_replay.reset_for_replay
+
+    def slow_reset(cursor: Any, **kwargs: Any) -> Any:
+        cursor.execute("SELECT pg_sleep(0.5)")
+        return real_reset(cursor, **kwargs)
+
+    monkeypatch.setattr(order_store_replay, "reset_for_replay", slow_reset)
+    short_statements = Database(order_database)
+    try:
+        time_left = iter([30.0])  # then none: nothing is waited for after the reset
+        report = replay_order_store(short_statements, SETTINGS, window(), lambda: next(time_left, 0.0))
+    finally:
+        short_statements.close()
+
+    assert sorted(report.selection.reset) == sorted(rows(order_database)[o][0] for o in outbox["recent"])

@@ -12,6 +12,7 @@ repeat (request keys, version conditions, event ids), so the retry finds what co
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,6 +63,12 @@ def open_connection(settings: ConnectionSettings, *, refresh_password: bool = Fa
 def limit_statement_time(cursor: psycopg.Cursor, milliseconds: int) -> None:
     """For the rest of the cursor's transaction, a statement running longer is cancelled (QueryCanceled)."""
     cursor.execute(f"SET LOCAL statement_timeout = {milliseconds}")
+
+
+def limit_statement_time_to(cursor: psycopg.Cursor, seconds: float) -> None:
+    """For the rest of the cursor's transaction, a statement may run for `seconds` (no limit when infinite,
+    never less than the session's STATEMENT_TIMEOUT_MS): work sized by the caller, not by the session."""
+    limit_statement_time(cursor, 0 if math.isinf(seconds) else max(int(seconds * 1000), STATEMENT_TIMEOUT_MS))
 
 
 def limit_lock_wait(cursor: psycopg.Cursor, milliseconds: int) -> None:
