@@ -271,10 +271,11 @@ def test_a_replay_longer_than_the_sessions_statement_timeout_resets_within_the_i
     0.2 s here) a large window failed every time (QueryCanceled: ServiceBusy, "retry shortly"), each retry
     doing the same work: here the selection is made to take 0.5 s."""
     from shop.adapters.postgres import connection
+    from shop.adapters.postgres import outbox as outbox_sql
     from shop.runtime import order_store_replay
 
     monkeypatch.setattr(connection, "STATEMENT_TIMEOUT_MS", 200)
-    real_reset = order_store_replay.reset_for_replay
+    real_reset = outbox_sql.reset_for_replay
 
     def slow_reset(cursor: Any, **kwargs: Any) -> Any:
         cursor.execute("SELECT pg_sleep(0.5)")
