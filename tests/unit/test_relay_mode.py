@@ -109,6 +109,52 @@ def test_rows_the_slot_still_holds_are_left_pending_for_the_polling_publisher_af
     assert sorted(on_bus) == sorted(delivered + undelivered)  # each once: nothing lost, nothing repeated
 
 
+def test_a_switch_back_to_polling_marks_the_logical_relays_rows_before_it_locks_the_outbox(
+    settings: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Under the outbox's EXCLUSIVE lock every writer waits (the API answers 503): marking the whole logical
+    period there took 13 s a million rows. Marked ahead in batches, the lock finds no row left to mark; the
+    rows the slot still holds are made pending again under it, and each event reaches the bus once."""
+    switch(settings, "logical")
+    delivered = place_orders(database, 25)
+    drain_logical(database)
+    undelivered = place_orders(database, 2)
+    left_for_the_lock: list[int] = []
+    real_to_polling = relay_mode._to_polling
+
+    def counting(cursor: Any, *args: Any) -> str:
+        found = cursor.execute(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL"
+        ).fetchone()
+        left_for_the_lock.append(found[0])
+        return real_to_polling(cursor, *args)
+
+    monkeypatch.setattr(relay_mode, "_to_polling", counting)
+    monkeypatch.setattr(relay_mode, "MARK_AHEAD_ROWS", 10)  # three batches
+    outcome = switch(settings, "polling")
+    drain_polling(database)
+
+    assert left_for_the_lock == [0]
+    assert "27 rows marked published ahead of the lock" in outcome
+    assert "2 rows the slot or a replay still held left pending" in outcome
+    on_bus = [order_id for order_id, _, _ in recording_bus.accepted]
+    assert sorted(on_bus) == sorted(delivered + undelivered)
+
+
+def test_a_switch_to_polling_run_again_marks_no_pending_row_of_the_polling_publisher(
+    settings: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    pending = place_orders(database, 3)  # polling mode: NULL is an event not sent yet
+
+    assert switch(settings, "polling") == "already polling"
+    drain_polling(database)
+
+    assert sorted(order_id for order_id, _, _ in recording_bus.accepted) == sorted(pending)
+
+
 def test_a_handover_still_in_the_slot_goes_back_to_the_polling_publisher(
     settings: ConnectionSettings, database: Database, recording_bus: RecordingBus
 ):

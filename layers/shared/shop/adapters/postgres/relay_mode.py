@@ -22,7 +22,8 @@ while the round waited for the table). The slot's lock comes first, as in a rela
   once, through the set, in its order's sequence; what commits after the switch follows the set's rows
   of its order (the relay holds a slot row back until its order's rows pending in a set are out);
 - to polling: refused while the slot is lost (its recovery alone knows the gap it had not delivered);
-  else every row the slot has delivered is marked published; what it still holds (streamed
+  else every row the slot has delivered is marked published (most of them before the lock, a batch a
+  transaction with writers running: _mark_ahead_of_the_handover); what it still holds (streamed
   through a server-side cursor, a batch at a time, however much it holds) and what the replay sets
   still name stays or becomes pending; the sets are dropped; then the slot is dropped, under its lock,
   so it stops holding WAL.
@@ -56,6 +57,7 @@ from shop.adapters.postgres.slot_recovery import RUNBOOK, read_slot_state
 
 LOCK_WAIT_SECONDS = 10.0  # for the slot's lock and the outbox's: writers queue behind a waiting switch
 BATCH_ROWS = 1_000  # slot messages read at a time when the slot is handed back
+MARK_AHEAD_ROWS = 10_000  # rows marked published a transaction ahead of a handover to polling
 MIN_STEP_SECONDS = 1.0  # a step does not start with less time than this left
 
 
@@ -124,6 +126,7 @@ def switch_relay(
                 return f"already logical; slot {slot} missing: lost, see `python -m operations recover-slot`"
             return "already logical"
         _prepare_slot(connection, slot, bounds)
+    ahead = _mark_ahead_of_the_handover(connection, slot, bounds, MARK_AHEAD_ROWS) if mode == "polling" else 0
     with connection.transaction(), connection.cursor() as cursor:
         bounds.apply(cursor, "the handover")
         outcome = f"already {mode}"
@@ -143,6 +146,7 @@ def switch_relay(
                     )
                 else:
                     outcome = _to_polling(cursor, slot, bounds, batch_rows)
+                    outcome += f"; {ahead} rows marked published ahead of the lock"
                 cursor.execute("UPDATE outbox_relay SET mode = %s, changed_at = clock_timestamp()", (mode,))
     if mode == "polling" and _drop_slot(connection, slot, bounds):
         outcome += "; slot dropped"
@@ -182,6 +186,40 @@ def _to_logical(cursor: psycopg.Cursor[Any], slot: str) -> str:
     advance_slot(cursor, slot, flush_lsn(cursor))
     emit_replay(cursor, pending, kind="handover")
     return f"switched to logical; {len(pending)} pending rows handed to the logical relay"
+
+
+def _mark_ahead_of_the_handover(
+    connection: psycopg.Connection, slot: str, bounds: _Bounds, batch_rows: int
+) -> int:
+    """A switch to polling marks published every row of the logical relay's time that the slot and the
+    replay sets no longer hold, under the outbox's EXCLUSIVE lock: up to OutboxTtlDays of rows, about 13 s
+    a million, with every writer waiting. Marked here first, a batch per short transaction with writers
+    running, the handover under the lock has only the rows written since. Marking a row the slot or a set
+    still holds is harmless: the handover finds it there and makes it pending again, as it does the rows
+    it marks itself. The rows are the ones present now (up to the highest position), so writers cannot
+    keep it going; each batch reads the mode under the row-exclusive lock a switch waits for, and marks
+    nothing unless the logical relay owns the outbox (in polling mode a NULL mark is a pending event) and
+    its slot is not lost (the switch refuses then, changing nothing). Work done stays done: a switch that
+    fails later, or is run again, marks only what is left."""
+    marked, highest = 0, None
+    while True:
+        with connection.transaction(), connection.cursor() as cursor:
+            bounds.apply(cursor, "marking published rows ahead of the handover")
+            cursor.execute("LOCK TABLE outbox IN ROW EXCLUSIVE MODE")
+            if current_mode(cursor) != "logical" or read_slot_state(cursor, slot).needs_recovery:
+                return marked
+            if highest is None:
+                found = cursor.execute("SELECT max(position) FROM outbox").fetchone()
+                highest = found[0] if found and found[0] is not None else 0
+            cursor.execute(
+                "UPDATE outbox SET published_at = created_at WHERE position IN ("
+                " SELECT position FROM outbox WHERE published_at IS NULL AND parked_at IS NULL"
+                " AND position <= %s LIMIT %s)",
+                (highest, batch_rows),
+            )
+            marked += cursor.rowcount
+            if cursor.rowcount < batch_rows:
+                return marked
 
 
 def _to_polling(cursor: psycopg.Cursor[Any], slot: str, bounds: _Bounds, batch_rows: int) -> str:
