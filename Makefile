@@ -178,9 +178,9 @@ ADMIN := $(BIN)/python -m operations $(if $(STACK),--stack-name $(STACK)) $(if $
 redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name> or LOCAL=1)
 	$(ADMIN) redrive
 
-redrive-dlq: $(STAMP) ## move a consumer's DLQ back to its queue (CONSUMER=Inventory|OrderStatus|Notification; STACK= or LOCAL=1)
+redrive-dlq: $(STAMP) ## move a consumer's DLQ back to its queue (CONSUMER=Inventory|OrderStatus|Notification; STACK= or LOCAL=1; INCLUDE_EXPIRED=1 past the consumers' memory)
 	@test -n "$(CONSUMER)" || { echo "usage: make redrive-dlq CONSUMER=Inventory|OrderStatus|Notification STACK=<stack name> (or LOCAL=1)"; exit 2; }
-	$(ADMIN) redrive-dlq --consumer $(CONSUMER)
+	$(ADMIN) redrive-dlq --consumer $(CONSUMER) $(if $(INCLUDE_EXPIRED),--include-expired)
 
 redrive-poison: $(STAMP) ## republish records the relay parked, once they decode (STACK=<stack name>)
 	$(ADMIN) redrive-poison

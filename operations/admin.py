@@ -5,7 +5,8 @@ parked rows and recover a lost replication slot.
     python -m operations redrive --stack-name NAME            # or --queue-url/--bus
     python -m operations redrive-poison --stack-name NAME     # records the relay parked
     python -m operations redrive-dlq --queue-url DLQ_URL      # a consumer's dead-letter queue, back to its
-        queue (or --stack-name NAME --consumer Inventory|OrderStatus|Notification; --to-queue-url URL)
+        queue (or --stack-name NAME --consumer Inventory|OrderStatus|Notification; --to-queue-url URL;
+        --include-expired: also messages older than the consumers would still remember once delivered)
     python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...] [--include-expired]
         [--from T] [--to T]   (DynamoDB: the hours to look for the events in; default the republish window)
@@ -34,6 +35,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -205,7 +207,13 @@ def redrive_dead_letters(args: argparse.Namespace) -> int:
         destination = args.to_queue_url or source_queue(sqs, dead_letter_queue)
     except NoDestination as exc:
         raise SystemExit(f"error: {exc}") from exc
-    summary = move_messages(sqs, dead_letter_queue, destination, args.max_messages)
+    oldest_safe = None
+    if not args.include_expired:
+        retention = sqs.get_queue_attributes(QueueUrl=destination, AttributeNames=["MessageRetentionPeriod"])
+        kept_for = int(retention["Attributes"]["MessageRetentionPeriod"])
+        remembered = Settings.from_env().idempotency_expires_after_seconds
+        oldest_safe = datetime.now(UTC) - timedelta(seconds=remembered - kept_for)
+    summary = move_messages(sqs, dead_letter_queue, destination, args.max_messages, oldest_safe=oldest_safe)
     print(json.dumps(summary.closing()))
     if summary.kept:
         print(
@@ -377,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
         "--to-queue-url", help="where to move them (default: the queue whose dead-letter queue it is)"
     )
     p_dlq.add_argument("--max-messages", type=int, default=1000)
+    p_dlq.add_argument(
+        "--include-expired",
+        action="store_true",
+        help="also move messages whose event is older than the consumers would still remember once "
+        "delivered (OutboxTtlDays + 19 days, less the queue's retention): a notification may repeat",
+    )
     p_dlq.set_defaults(run=redrive_dead_letters)
     p_poison = commands.add_parser(
         "redrive-poison", help="republish records the relay parked (after fixing why they failed)"

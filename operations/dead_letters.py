@@ -12,6 +12,13 @@ queue (ListDeadLetterSourceQueues), as the move task's does.
 A message whose send fails stays in the dead-letter queue, visible again when the run ends. One sent but
 not deleted is in both queues: it is reported as kept, and its second delivery is harmless (consumers
 apply each event id once).
+
+A moved message starts a new retention, so it can reach its consumer after the consumers forgot its
+event id (they remember it for OutboxTtlDays + 19 days: shop/runtime/config.py): inventory and order
+status would still change nothing twice, a notification could repeat. A message whose event is older
+than `oldest_safe` (that window less the destination's retention, from now) is therefore kept, and
+named, unless the operator moves it anyway (--include-expired). One whose event time cannot be read is
+moved: it holds no event a consumer can apply.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -82,15 +90,26 @@ def _trace(message: MessageTypeDef) -> dict[Literal["AWSTraceHeader"], MessageSy
     return {TRACE_HEADER: {"DataType": "String", "StringValue": header}} if header else {}
 
 
+def event_time(body: str) -> datetime | None:
+    """The time of the CloudEvent a consumer message carries (the EventBridge event's `detail`), if any."""
+    try:
+        found = json.loads(body)["detail"]["time"]
+        moment = datetime.fromisoformat(found)
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def move_messages(
     sqs: SQSClient,
     dead_letter_queue_url: str,
     destination_url: str,
     max_messages: int,
     report: Callable[[dict[str, Any]], None] = lambda document: print(json.dumps(document)),
+    oldest_safe: datetime | None = None,
 ) -> MoveSummary:
     """Move up to `max_messages` messages, oldest first as SQS returns them; each one's report is handed
-    to `report` as it is made."""
+    to `report` as it is made. With `oldest_safe`, a message whose event is older stays (module doc)."""
     summary = MoveSummary()
     run = QueueRun(sqs, dead_letter_queue_url)
 
@@ -108,6 +127,17 @@ def move_messages(
             break
         for message in messages:
             document: dict[str, Any] = {"messageId": message["MessageId"], "destination": destination_url}
+            when = event_time(message["Body"])
+            if oldest_safe is not None and when is not None and when < oldest_safe:
+                summary.kept += 1
+                run.keep(message)
+                document["eventTime"] = when.isoformat()
+                document["error"] = (
+                    "not moved: its event is older than the consumers would still remember once it is "
+                    "delivered (a notification could repeat); move it anyway with --include-expired"
+                )
+                told({**document, "complete": False})
+                continue
             sent = None
             try:
                 sent = sqs.send_message(

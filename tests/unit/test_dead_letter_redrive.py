@@ -4,6 +4,7 @@ SQS's DLQ redrive moves them (operations/dead_letters.py), on moto's SQS with a 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -174,3 +175,40 @@ def test_at_most_max_messages_are_moved(queues: tuple[Any, str, str]) -> None:
 
     assert len(everything(sqs, queue)) == 2
     assert len(everything(sqs, dead_letter_queue)) == 1
+
+
+def consumer_message(event_id: str, age: timedelta) -> str:
+    when = (datetime.now(UTC) - age).isoformat()
+    return json.dumps({"detail-type": "OrderCreated", "detail": {"id": event_id, "time": when}})
+
+
+@pytest.mark.parametrize("include_expired", [False, True], ids=["by-default", "include-expired"])
+def test_a_message_older_than_the_consumers_memory_once_moved_stays_unless_the_operator_says(
+    queues: tuple[Any, str, str], capsys: pytest.CaptureFixture[str], include_expired: bool
+) -> None:
+    """Consumers remember an event id for OutboxTtlDays + 19 days (35 by default); a moved message starts
+    a new retention (here the queue's default, 4 days), so one whose event is 32 days old could reach its
+    consumer after its id is forgotten (a notification would repeat). One 30 days old cannot."""
+    sqs, queue, dead_letter_queue = queues
+    old = dead_letter(sqs, queue, consumer_message("e-old", timedelta(days=32)))
+    recent = dead_letter(sqs, queue, consumer_message("e-recent", timedelta(days=30)))
+    undated = dead_letter(sqs, queue, '{"detail": {"id": "e-undated"}}')
+
+    code = admin.main(
+        ["redrive-dlq", "--queue-url", dead_letter_queue, *(["--include-expired"] * include_expired)]
+    )
+
+    moved = sorted(json.loads(m["Body"])["detail"]["id"] for m in everything(sqs, queue))
+    reports = {
+        r["messageId"]: r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "messageId" in r
+    }
+    if include_expired:
+        assert (code, moved) == (0, ["e-old", "e-recent", "e-undated"])
+    else:
+        assert (code, moved) == (1, ["e-recent", "e-undated"])
+        assert reports[old]["complete"] is False
+        assert "--include-expired" in reports[old]["error"]
+        [left] = everything(sqs, dead_letter_queue)
+        assert json.loads(left["Body"])["detail"]["id"] == "e-old"
+    assert reports[recent]["complete"] is True
+    assert reports[undated]["complete"] is True
