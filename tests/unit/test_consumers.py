@@ -535,7 +535,7 @@ def test_two_events_of_one_saga_are_two_records_and_both_reach_the_effect(
 
 
 def test_an_applied_event_is_remembered_for_the_whole_republish_window(invoke, inventory, template):
-    window = (int(template.parameter_values["OutboxTtlDays"]) + 18) * 86_400  # docs/guarantees.md
+    window = (int(template.parameter_values["OutboxTtlDays"]) + 19) * 86_400  # docs/guarantees.md
     before = time.time()
 
     assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
