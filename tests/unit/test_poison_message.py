@@ -4,6 +4,7 @@ messages already parked on a deployment hold (so they stay redrivable)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,22 @@ def test_a_record_holding_a_lone_surrogate_is_parked_whole_with_its_string_escap
     assert body.isascii()
     decoded = checked_poison_message(json.loads(body))
     assert decoded["item"]["payload"] == {"S": "bad \ud800 text, café"}
+
+
+# SendMessage's characters: #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF
+SQS_CHARACTERS = re.compile("[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
+
+
+@pytest.mark.parametrize("character", ["\ufffe", "\uffff", "\x01"], ids=["U+FFFE", "U+FFFF", "a-control"])
+def test_a_record_holding_a_character_sqs_refuses_is_parked_whole_with_it_escaped(character: str):
+    """Valid in a DynamoDB string, refused in an SQS message (InvalidMessageContents): sent raw, the record
+    could not be parked and held its shard for the record age limit."""
+    body = poison_message_body(record(f"odd {character} text, café"))
+
+    assert SQS_CHARACTERS.fullmatch(body)
+    assert "café" in body  # the rest stays UTF-8
+    decoded = checked_poison_message(json.loads(body))
+    assert decoded["item"]["payload"] == {"S": f"odd {character} text, café"}
 
 
 def test_other_text_stays_utf_8_as_it_is():

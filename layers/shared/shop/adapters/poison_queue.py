@@ -35,8 +35,11 @@ MAX_MESSAGE_BYTES = 262_144
 def _message_text(body: dict[str, Any]) -> tuple[str, int]:
     """The body as JSON and its size in bytes. UTF-8 as it is, unless it holds what UTF-8 cannot encode (a
     lone surrogate, which a DynamoDB string may hold): then every non-ASCII character escaped, so the
-    record is still parked whole instead of failing its batch."""
+    record is still parked whole instead of failing its batch. U+FFFE and U+FFFF, valid in a DynamoDB
+    string, are outside the characters SQS accepts in a message (#x9 | #xA | #xD | #x20-#xD7FF |
+    #xE000-#xFFFD | #x10000-#x10FFFF: SendMessage): always escaped (JSON escapes the controls itself)."""
     text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    text = text.replace("\ufffe", "\\ufffe").replace("\uffff", "\\uffff")
     try:
         return text, len(text.encode())
     except UnicodeEncodeError:
