@@ -17,7 +17,7 @@ from shop.adapters.dynamodb.outbox_items import outbox_item
 from shop.adapters.eventbridge import EventPublisher
 from shop.domain.envelope import CloudEvent
 from shop.runtime.config import Settings
-from tests.support import load_event
+from tests.support import LambdaContext, load_event
 from tests.support.output import logged_with, metric_values
 from tests.unit.fakes import FaultyEventBridge
 from tools.template import Template
@@ -247,6 +247,45 @@ def test_a_poison_record_after_the_checkpoint_is_parked_only_when_redelivered(
     faulty_bus.fail_permanently = set()
     assert relay(invoke, batch[5:]) == []
     assert [p["eventId"] for p in poison_queue()] == [event_id(batch[20])]
+
+
+def relay_with(invoke: Callable[..., Any], batch: list[dict[str, Any]], seconds_left: float) -> list[str]:
+    """The relay invoked with `seconds_left` before Lambda times it out."""
+    response = invoke(RELAY, {"Records": batch}, context=LambdaContext(RELAY, timeout_seconds=seconds_left))
+    return [failure["itemIdentifier"] for failure in response["batchItemFailures"]]
+
+
+def test_a_poison_record_met_too_close_to_the_timeout_waits_for_the_next_invocation(
+    faulty_bus, bus, poison_queue, invoke
+):
+    """The poison queue's call may take 24 s at worst (3 attempts of 2 s connect + 5 s read, backoff): begun
+    later, it could outlast the invocation, and Lambda would retry the whole batch (bisected), the
+    records published before it again. The relay answers instead, its checkpoint at the poison."""
+    batch = records("relay_poison_record.json")
+    poison = batch[2]
+
+    assert relay_with(invoke, batch, seconds_left=20) == [poison["dynamodb"]["SequenceNumber"]]
+    assert poison_queue() == []
+    assert {e["detail"]["id"] for e in bus()} == {event_id(r) for r in batch[:2]}
+
+    assert relay_with(invoke, batch[2:], seconds_left=30) == []  # the next invocation starts with it
+    assert [p["eventId"] for p in poison_queue()] == [event_id(poison)]
+
+
+def test_a_throttled_call_is_retried_only_while_its_answer_can_come_before_the_timeout(
+    faulty_bus, bus, invoke, unhurried_backoff
+):
+    """A PutEvents call may take 7 s at worst (2 s connect + 5 s read): a retry is begun only with that and
+    a second more left, so the relay answers with its checkpoint rather than time out."""
+    batch = records("relay_outbox_insert_batch.json")[:5]
+    faulty_bus.throttle_entries = {event_id(batch[0]): 1}
+
+    assert relay_with(invoke, batch, seconds_left=7.5) == [batch[0]["dynamodb"]["SequenceNumber"]]
+    assert len(faulty_bus.calls) == 1  # not retried
+
+    faulty_bus.throttle_entries = {event_id(batch[0]): 1}
+    assert relay_with(invoke, batch, seconds_left=9) == []
+    assert len(faulty_bus.calls) == 3  # throttled, then retried
 
 
 def test_when_the_poison_queue_fails_the_relay_checkpoints_at_the_poison(faulty_bus, bus, aws, invoke):

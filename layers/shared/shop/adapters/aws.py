@@ -23,11 +23,25 @@ if TYPE_CHECKING:
 
 # The SDK's own retries stay short: the API answers 503 + Retry-After and the relay and consumers
 # have their own retry budgets, so a throttled call should fail fast rather than eat the timeout.
+CONNECT_TIMEOUT_SECONDS = 2
+READ_TIMEOUT_SECONDS = 5
+SDK_ATTEMPTS = 3
 _CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 3},
-    connect_timeout=2,
-    read_timeout=5,
+    retries={"mode": "standard", "max_attempts": SDK_ATTEMPTS},
+    connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    read_timeout=READ_TIMEOUT_SECONDS,
 )
+
+
+ANSWER_SECONDS = 1.0  # what a handler keeps after its last call, to answer before its invocation times out
+
+
+def longest_call_seconds(attempts: int = SDK_ATTEMPTS) -> float:
+    """How long one SDK call of these clients can take before it answers or fails: each attempt its connect
+    and read timeouts, and standard mode's backoff before each retry (at most 1 s, then 2 s, doubling).
+    Work that must end before its invocation does starts such a call only with this much time left."""
+    backoff = float(2 ** (attempts - 1) - 1)  # 1 + 2 + ... s before attempts 2..n
+    return attempts * (CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS) + backoff
 
 
 @cache
@@ -40,12 +54,18 @@ def dynamodb_streams() -> DynamoDBStreamsClient:
     return boto3.client("dynamodbstreams", config=_CLIENT_CONFIG)
 
 
+PUT_EVENTS_ATTEMPTS = 1  # the publisher retries PutEvents itself, entry by entry
+
+
 @cache
 def events() -> EventBridgeClient:
     # PutEvents failures are handled entry by entry by the publisher: no SDK-level retries. Its calls
     # overlap (runtime.config's publish concurrency, at most 50): a connection for each.
     return boto3.client(
-        "events", config=_CLIENT_CONFIG.merge(Config(retries={"max_attempts": 1}, max_pool_connections=50))
+        "events",
+        config=_CLIENT_CONFIG.merge(
+            Config(retries={"max_attempts": PUT_EVENTS_ATTEMPTS}, max_pool_connections=50)
+        ),
     )
 
 

@@ -163,8 +163,13 @@ class EventPublisher:
         if attempt >= self._max_attempts:
             return None
         delay: float = self._jitter() * min(self._max_delay, self._base_delay * 2**attempt)
-        # Keep a safety margin so the handler can still answer with its batchItemFailures.
-        if remaining_seconds() - delay < 2.0:
+        # A retry is begun only when its call can be answered (at worst by its timeouts) with a second to
+        # spare, so the handler still answers with its batchItemFailures rather than time out: Lambda
+        # would retry the whole batch, what was published included (bisected), poison parked again.
+        if (
+            remaining_seconds() - delay
+            < aws.longest_call_seconds(aws.PUT_EVENTS_ATTEMPTS) + aws.ANSWER_SECONDS
+        ):
             return None
         return delay
 

@@ -15,6 +15,7 @@ logical relay's slot advance).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
+from shop.adapters import aws
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.outbox import OutboxEntry
 from shop.domain.poison import PoisonRecord, PoisonSink
@@ -74,14 +76,23 @@ class PublishOutcome[Source]:
         return self.taken - len(self.published) - len(self.parked)
 
 
-def park_poison(record: PoisonRecord, sink: PoisonSink) -> bool:
-    """Park the record; False when the poison queue failed (transient, like any publish failure)."""
+def park_poison(
+    record: PoisonRecord, sink: PoisonSink, invocation_seconds_left: Callable[[], float] = lambda: math.inf
+) -> bool:
+    """Park the record; False when the poison queue failed (transient, like any publish failure), or when
+    too little of the invocation is left for the queue's call to answer, at worst by its timeouts (the
+    stream relay must answer with its checkpoint before Lambda times it out: the record waits, in order,
+    for the next invocation, which starts with it). The PostgreSQL relays' rounds keep their own reserve
+    for the invocation, and give no deadline here."""
     extra = {
         "event_id": record.event_id,
         "sequence_number": record.position.marker,
         "reason": record.reason,
         "details": record.details,
     }
+    if invocation_seconds_left() < aws.longest_call_seconds() + aws.ANSWER_SECONDS:
+        logger.warning("too little time left to park; the record waits, in order", extra=extra)
+        return False
     try:
         sink.park(record)
     except (ClientError, BotoCoreError) as exc:
@@ -107,6 +118,7 @@ def publish_entries[Source: Parkable](
     *,
     remaining_seconds: Callable[[], float],
     on_parked: Callable[[Source, str], None] = _ignore_parked,
+    park_seconds_left: Callable[[], float] = lambda: math.inf,
 ) -> PublishResult:
     """Publish the batch's entries in order, counting into `outcome`; an entry the bus rejects for what it
     is is parked whole. Returns the publisher's result: its first_unpublished is the position in `batch`
@@ -117,7 +129,7 @@ def publish_entries[Source: Parkable](
         record = source.poison_record(
             InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
         )
-        if not park_poison(record, poison_sink):
+        if not park_poison(record, poison_sink, park_seconds_left):
             return False
         on_parked(source, record.reason)
         outcome.parked.append(record)

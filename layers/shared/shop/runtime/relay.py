@@ -89,7 +89,7 @@ def relay_outbox_changes(
         segment = []
         if stop is not None:
             break
-        if not park_poison(poison, poison_sink):
+        if not park_poison(poison, poison_sink, remaining_seconds):
             stop = position
             break
         outcome.parked.append(poison)
@@ -120,7 +120,14 @@ def _publish_segment(
     if not segment:
         return None
     batch = [(changes[position], entry) for position, entry in segment]
-    result = publish_entries(batch, publisher, poison_sink, outcome, remaining_seconds=remaining_seconds)
+    result = publish_entries(
+        batch,
+        publisher,
+        poison_sink,
+        outcome,
+        remaining_seconds=remaining_seconds,
+        park_seconds_left=remaining_seconds,  # the invocation's: Lambda's remaining time
+    )
     if result.first_unpublished is None or result.failed_position is None:
         return None
     stop = segment[result.first_unpublished][0]
