@@ -285,3 +285,59 @@ def test_an_entry_refused_past_a_failure_holds_its_orders_later_events_back(slow
     assert parked == []  # past the checkpoint: it comes again
     assert result.first_unpublished == 2
     assert result.first_failed == 3
+
+
+class ThrottledThenRejecting:
+    """PutEvents answered after 50 ms: `throttled` is throttled on its first `throttles` calls, `refused`
+    always refused for what it is (MalformedDetail), every other entry accepted."""
+
+    def __init__(self, throttled: str, throttles: int, refused: str) -> None:
+        self.throttled, self.throttles_left, self.refused = throttled, throttles, refused
+        self._lock = threading.Lock()
+        self.accepted: list[str] = []
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        time.sleep(0.05)
+        results = []
+        with self._lock:
+            for event_id in (json.loads(e["Detail"])["id"] for e in Entries):
+                if event_id == self.throttled and self.throttles_left > 0:
+                    self.throttles_left -= 1
+                    results.append({"ErrorCode": "ThrottlingException", "ErrorMessage": "injected"})
+                elif event_id == self.refused:
+                    results.append({"ErrorCode": "MalformedDetail", "ErrorMessage": "injected"})
+                else:
+                    self.accepted.append(event_id)
+                    results.append({"EventId": event_id})
+        return {"FailedEntryCount": sum("ErrorCode" in r for r in results), "Entries": results}
+
+
+def test_an_entry_refused_while_an_earlier_one_is_still_retrying_is_parked_once_over_the_retries(slow_bus):
+    """Record 16 is refused while record 6, in an earlier call, is throttled (transient) and retried. Parked
+    then, it lay past the checkpoint when record 6 ran out of retries: each retry of the batch, from record
+    6, parked it again (5 times over 4 retries and a success). It is put away once, when everything before
+    it is done."""
+    entries = [dataclasses.replace(entry, size=100) for entry in interleaved(30, 1)]  # calls of 2
+    bus = ThrottledThenRejecting(entries[5].event_id, throttles=4 * 6 + 2, refused=entries[15].event_id)
+    slow_bus.append(bus)
+    parked: list[str] = []
+
+    def park(position: int, code: str, message: str) -> bool:
+        parked.append(batch[position].event_id)
+        return True
+
+    start, invocations = 0, 0
+    while start < len(entries) and invocations < 20:
+        batch = entries[start:]
+        result = EventPublisher("orders-bus", 200, max_in_flight=16, sleep=lambda _: None).publish_in_order(
+            batch, lambda: 60.0, park
+        )
+        invocations += 1
+        if result.first_unpublished is None:
+            break
+        start += result.first_unpublished
+
+    assert parked == [entries[15].event_id]
+    # every other entry on the bus (those sent past a checkpoint went again with its retry: at least once)
+    assert set(bus.accepted) == {e.event_id for i, e in enumerate(entries) if i != 15}
+    assert invocations >= 5  # record 6 ran out of retries four times
