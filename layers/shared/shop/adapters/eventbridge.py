@@ -215,16 +215,11 @@ class EventPublisher:
                 # cannot put away becomes the failure itself. One after an entry that already failed lies
                 # past the checkpoint: it is not put away now but comes again, and its chunk is not
                 # settled (its order's later events must not go out while it is neither on the bus nor
-                # put away). So is one after an entry still in flight or waiting to retry: should that
-                # one fail, the rejected entry would come again and be put away twice (once per retry of
-                # the batch); it stops publishing here instead, and the next invocation or round, which
-                # starts at or before it, puts it away once everything before it is done.
+                # put away).
                 for position in sorted(chunk.result.rejected):
                     if failed_at is not None and position > failed_at:
                         break
-                    if schedule.past_a_failure(position) or not schedule.settled_before(
-                        position, chunk.index
-                    ):
+                    if schedule.past_a_failure(position):
                         failed_at = position
                         break
                     code, message = chunk.result.rejected[position]

@@ -53,9 +53,9 @@ class PublishResult:
 
 
 # Called with (position, error code, message) for an entry the bus refused for what it is, once its call
-# answered and every entry before it is on the bus or put away; True when the caller has put the entry
-# away (parked it), False to stop publishing there (the entry becomes a failure: first_failed, at or
-# after first_unpublished).
+# answered and unless an entry before it failed; True when the caller has put the entry away (parked
+# it), False to stop publishing there (the entry becomes a failure: first_failed, at or after
+# first_unpublished).
 OnRejected = Callable[[int, str, str], bool]
 
 
@@ -162,15 +162,6 @@ class ChunkSchedule:
             self._settled.add(index)
         else:
             self._failed_at[index] = failed_at
-
-    def settled_before(self, position: int, index: int) -> bool:
-        """Whether every chunk but `index` holding an entry before `position` is settled: each of its
-        entries on the bus or put away."""
-        return all(
-            other in self._settled
-            for other, first in enumerate(self._firsts)
-            if first < position and other != index
-        )
 
     def past_a_failure(self, position: int) -> bool:
         """Whether an entry lies after one that failed (its chunk was in flight when the failure was
