@@ -144,6 +144,46 @@ def test_a_switch_back_to_polling_marks_the_logical_relays_rows_before_it_locks_
     assert sorted(on_bus) == sorted(delivered + undelivered)
 
 
+def test_marking_ahead_of_the_handover_never_publishes_a_row_a_relay_round_parks_meanwhile(
+    settings: ConnectionSettings, database: Database
+):
+    """A logical round parks a row (parked_at set, published_at NULL) while the switch marks rows ahead:
+    the marking skips the row the round holds instead of waiting for it, so it neither marks a parked row
+    published (the table's CHECK refused that, failing the switch) nor deadlocks with the round."""
+    switch(settings, "logical")
+    place_orders(database, 3)
+    with connect(settings) as connection:
+        (poison,) = connection.execute("SELECT min(position) FROM outbox").fetchone()  # type: ignore[misc]
+    parking_started, release = threading.Event(), threading.Event()
+
+    def round_parking() -> None:
+        with connect(settings) as other, other.transaction():
+            other.execute(
+                "UPDATE outbox SET parked_at = clock_timestamp(), published_at = NULL WHERE position = %s",
+                (poison,),
+            )
+            parking_started.set()
+            release.wait(1.0)
+
+    parker = threading.Thread(target=round_parking)
+    parker.start()
+    try:
+        assert parking_started.wait(5)
+        with connect(settings) as connection:
+            bounds = relay_mode._Bounds(lambda: 60.0, 10.0)
+            marked = relay_mode._mark_ahead_of_the_handover(connection, SLOT, bounds, 100)
+    finally:
+        release.set()
+        parker.join()
+
+    assert marked == 2  # the other two rows; the parked one is left to the handover
+    with connect(settings) as connection:
+        row = connection.execute(
+            "SELECT parked_at IS NOT NULL, published_at IS NULL FROM outbox WHERE position = %s", (poison,)
+        ).fetchone()
+    assert row == (True, True)
+
+
 def test_a_switch_to_polling_run_again_marks_no_pending_row_of_the_polling_publisher(
     settings: ConnectionSettings, database: Database, recording_bus: RecordingBus
 ):

@@ -211,10 +211,14 @@ def _mark_ahead_of_the_handover(
             if highest is None:
                 found = cursor.execute("SELECT max(position) FROM outbox").fetchone()
                 highest = found[0] if found and found[0] is not None else 0
+            # The marks are checked again on the row as updated (a relay round may park one meanwhile:
+            # a parked row is never published), and rows a round holds are skipped, not waited for (no
+            # deadlock with a round parking two): the handover under the lock marks what is left.
             cursor.execute(
-                "UPDATE outbox SET published_at = created_at WHERE position IN ("
+                "UPDATE outbox SET published_at = created_at"
+                " WHERE published_at IS NULL AND parked_at IS NULL AND position IN ("
                 " SELECT position FROM outbox WHERE published_at IS NULL AND parked_at IS NULL"
-                " AND position <= %s LIMIT %s)",
+                " AND position <= %s ORDER BY position LIMIT %s FOR UPDATE SKIP LOCKED)",
                 (highest, batch_rows),
             )
             marked += cursor.rowcount
