@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from operations.queue_run import QueueRun
+from shop.domain.envelope import parse_time
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -93,11 +94,9 @@ def _trace(message: MessageTypeDef) -> dict[Literal["AWSTraceHeader"], MessageSy
 def event_time(body: str) -> datetime | None:
     """The time of the CloudEvent a consumer message carries (the EventBridge event's `detail`), if any."""
     try:
-        found = json.loads(body)["detail"]["time"]
-        moment = datetime.fromisoformat(found)
-    except (ValueError, TypeError, KeyError, RecursionError):
+        return parse_time(json.loads(body)["detail"]["time"])
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
-    return moment if moment.tzinfo is not None else None
 
 
 def move_messages(
