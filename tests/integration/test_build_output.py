@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,50 @@ def test_built_artefacts_import_and_run_a_handler(x86_build: Path, template: Tem
             # (validated by jsonschema-rs, from the function's own requirements: the layer has no pydantic)
             assert response["statusCode"] == 422
             assert json.loads(response["body"])["error"]["code"] == "VALIDATION_FAILED"
+
+
+# Counts what the interpreter compiles from source: importlib's SourceLoader calls the builtin compile()
+# for a module whose .pyc is missing or does not validate.
+_COUNT_COMPILES = """
+import builtins, json, sys
+layer = sys.argv[1]
+compiled = []
+_compile = builtins.compile
+def counting(source, filename, *args, **kwargs):
+    if str(filename).startswith(layer):
+        compiled.append(str(filename)[len(layer):])
+    return _compile(source, filename, *args, **kwargs)
+builtins.compile = counting
+import app
+# vars(): reading an attribute of a module the runtime loads on first use would load it
+files = [vars(module).get("__file__") or "" for module in list(sys.modules.values())]
+print(json.dumps({"compiled": compiled, "loaded": sum(1 for f in files if f.startswith(layer))}))
+"""
+
+
+def test_no_cold_start_compiles_a_module_of_the_layer(x86_build: Path, template: Template, tmp_path: Path):
+    # Given the layer as Lambda extracts it: `sam package` dates every zip entry 1980-01-01, and /opt is
+    # read-only (-B: no .pyc written)
+    layer = tmp_path / "opt" / "python"
+    shutil.copytree(x86_build / "SharedLayer" / "python", layer)
+    dated = datetime(1980, 1, 1, tzinfo=UTC).timestamp()
+    for path in layer.rglob("*"):
+        os.utime(path, (dated, dated))
+    for logical_id, spec in template.functions().items():
+        # When each function's handler module is imported in a fresh interpreter
+        env = {"PATH": os.environ["PATH"], "AWS_REGION": "us-east-1", **spec.environment}
+        search_path = [str(x86_build / logical_id), str(layer)]
+        code = f"import sys; sys.path[:0] = {search_path!r}\n{_COUNT_COMPILES}"
+        result = subprocess.run(
+            [sys.executable, "-I", "-S", "-B", "-c", code, str(layer)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, f"{logical_id}: {result.stderr[-2000:]}"
+        imported = json.loads(result.stdout.strip().splitlines()[-1])
+        # Then every layer module it loads comes from the layer's bytecode: none is compiled
+        assert imported["loaded"] > 100, imported
+        assert imported["compiled"] == [], f"{logical_id} compiled {imported['compiled'][:10]}"

@@ -10,6 +10,9 @@ AWS sources of every number here):
 2. Wheels: every `*.dist-info/WHEEL` has a tag that CPython 3.13 installs, and every platform tag it
    carries is `any` or a glibc manylinux tag for aarch64 whose glibc is at most Amazon Linux 2023's 2.34.
 3. Size: each function's artefact with all of its layers, unzipped, is at most Lambda's 250 MB.
+4. Bytecode: every module of a layer has CPython 3.13's hash-based `.pyc` beside it, recording its
+   source's hash (PEP 552): Lambda cannot write one in the read-only /opt, and `sam package` dates
+   every zip entry 1980-01-01, so a timestamp `.pyc` never validates there.
 
 Functions and their layers come from the build's own template (`.aws-sam/build/template.yaml`), read
 through `tools.template.load_yaml` (as the SAM transform receives it); the layers of a function are
@@ -18,6 +21,7 @@ the Globals' `Function.Layers` followed by its own `Layers`, as SAM merges them.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import struct
@@ -43,6 +47,11 @@ RUNTIME_GLIBC = (2, 34)
 RUNTIME_ARCH = "aarch64"
 PYTHON = (3, 13)
 EXTENSION_TAGS = ("cpython-313-aarch64-linux-gnu", "abi3")
+
+# PEP 552's .pyc header: the interpreter's magic number, flags (bit 0: hash-based), the source's hash.
+# This check runs on the build's Python 3.13 (the venv's), so its magic number is the runtime's.
+PYC_CACHE_TAG = f"cpython-{PYTHON[0]}{PYTHON[1]}"
+PYC_HASH_BASED = 0b01
 
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS64 = 2
@@ -91,6 +100,7 @@ class Report:
     native: list[str] = field(default_factory=list)  # every ELF file checked
     extensions: list[str] = field(default_factory=list)  # the Python extension modules among them
     wheels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # dist-info -> its Tag lines
+    compiled: list[str] = field(default_factory=list)  # the layers' modules checked for bytecode
     limit: int = LAMBDA_UNZIPPED_LIMIT
 
     @property
@@ -104,6 +114,7 @@ class Report:
             _count(len(self.layers), "layer"),
             f"{_count(len(self.native), 'native file')} ({_count(len(self.extensions), 'extension module')})",
             _count(len(self.wheels), "wheel"),
+            f"{_count(len(self.compiled), 'layer module')} with bytecode",
         )
         return (
             f"{', '.join(counts)}; largest function with its layers: {largest[0]}, "
@@ -190,6 +201,39 @@ def wheel_problems(tag_lines: Iterable[str]) -> list[str]:
         if reason:
             reasons.append(reason)
     return reasons
+
+
+def bytecode_problem(source: bytes, pyc_header: bytes | None) -> str | None:
+    """Why a module's .pyc (its first 16 bytes; None: there is none) will not serve on Lambda, or None."""
+    if pyc_header is None:
+        return "no .pyc: Lambda compiles this module at every cold start (/opt is read-only)"
+    if len(pyc_header) < 16 or pyc_header[:4] != importlib.util.MAGIC_NUMBER:
+        return f"its .pyc is not CPython {PYTHON[0]}.{PYTHON[1]}'s bytecode (magic number)"
+    if not int.from_bytes(pyc_header[4:8], "little") & PYC_HASH_BASED:
+        return (
+            "its .pyc is timestamp-based: `sam package` dates the source 1980-01-01, so on Lambda it never "
+            "validates (compile with --invalidation-mode checked-hash or unchecked-hash)"
+        )
+    if pyc_header[8:16] != importlib.util.source_hash(source):
+        return "its .pyc was compiled from another version of this source (stale)"
+    return None
+
+
+def check_bytecode(build_dir: Path, layer: Path, report: Report) -> None:
+    """Check 4 over one layer artefact."""
+    for path in _files(layer):
+        if path.suffix != ".py" or "__pycache__" in path.parts:
+            continue
+        where = path.relative_to(build_dir).as_posix()
+        report.compiled.append(where)
+        pyc = path.parent / "__pycache__" / f"{path.stem}.{PYC_CACHE_TAG}.pyc"
+        header = None
+        if pyc.is_file():
+            with pyc.open("rb") as file:
+                header = file.read(16)
+        reason = bytecode_problem(path.read_bytes(), header)
+        if reason:
+            report.problems.append(Problem(where, reason))
 
 
 def _files(top: Path) -> Iterator[Path]:
@@ -289,7 +333,7 @@ def check_artefact(build_dir: Path, artefact: Path, report: Report) -> None:
 
 
 def check_build(build_dir: Path, *, limit: int = LAMBDA_UNZIPPED_LIMIT) -> Report:
-    """All three checks over a `sam build` output directory (limit: the unzipped bytes allowed)."""
+    """All four checks over a `sam build` output directory (limit: the unzipped bytes allowed)."""
     build_dir = Path(build_dir)
     layout = read_layout(build_dir)
     report = Report(
@@ -300,6 +344,8 @@ def check_build(build_dir: Path, *, limit: int = LAMBDA_UNZIPPED_LIMIT) -> Repor
     )
     for artefact in sorted({*layout.functions.values(), *layout.layers.values()}):
         check_artefact(build_dir, artefact, report)
+    for layer in sorted(set(layout.layers.values())):
+        check_bytecode(build_dir, layer, report)
     sizes = {path: tree_size(path) for path in {*layout.functions.values(), *layout.layers.values()}}
     for name, path in layout.functions.items():
         layers = layout.function_layers[name]

@@ -25,9 +25,9 @@ machine takes longer, it does not decide the verdict. Only a ratio within the me
 of its target (about 0.01) can still end with its interval holding the target (`settled` False): it
 counts as not met, in every run alike. Wall-time ratios are reported beside (`wall_ratio_*`).
 
-"no .pyc" is how Lambda runs a `sam build` artefact (the build ships no bytecode and /opt, /var/task are
-read-only, so every cold start compiles what it imports): a report, with fewer samples. "with .pyc" is
-after compileall: the figure the targets read.
+"no .pyc" is every module compiled at import (how Lambda ran a `sam build` artefact until the shared layer
+shipped its bytecode: layers/shared/Makefile; the functions' own code still ships as source): a report,
+with fewer samples. "with .pyc" is after compileall: the figure the targets read.
 """
 
 from __future__ import annotations

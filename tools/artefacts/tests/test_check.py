@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import compileall
 import importlib.metadata
 import platform
+import py_compile
 import shutil
 import struct
 import sysconfig
@@ -102,6 +104,9 @@ def build(tmp_path: Path) -> Path:
     install(api, "jsonschema_rs", ["cp310-abi3-manylinux_2_28_aarch64"], {"jsonschema_rs/x.abi3.so": elf()})
     (root / "RelayFunction").mkdir()
     (root / "RelayFunction" / "app.py").write_text("def lambda_handler(event, context): ...\n")
+    # as layers/shared/Makefile compiles the layer (the functions' own code ships as source)
+    checked_hash = py_compile.PycInvalidationMode.CHECKED_HASH
+    assert compileall.compile_dir(layer, quiet=1, invalidation_mode=checked_hash)
     return root
 
 
@@ -342,7 +347,10 @@ def test_the_command_prints_a_summary_and_exits_0_on_a_good_build(
     assert main([str(build)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1
-    assert out[0].startswith("ok: 2 functions, 1 layer, 3 native files (2 extension modules), 3 wheels;")
+    assert out[0].startswith(
+        "ok: 2 functions, 1 layer, 3 native files (2 extension modules), 3 wheels, "
+        "2 layer modules with bytecode;"
+    )
 
 
 def test_the_command_prints_each_problem_and_exits_1(build: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -360,3 +368,64 @@ def test_the_command_prints_each_problem_and_exits_1(build: Path, capsys: pytest
 def test_the_command_says_when_there_is_no_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path)]) == 2
     assert "run `make build`" in capsys.readouterr().err
+
+
+def pyc_of(module: Path) -> Path:
+    return module.parent / "__pycache__" / f"{module.stem}.cpython-313.pyc"
+
+
+def compile_as(module: Path, mode: py_compile.PycInvalidationMode) -> None:
+    py_compile.compile(str(module), cfile=str(pyc_of(module)), invalidation_mode=mode, doraise=True)
+
+
+def test_every_module_of_a_layer_is_checked_for_its_bytecode_and_the_functions_are_not(build: Path) -> None:
+    report = check_build(build)
+    assert sorted(report.compiled) == [
+        "SharedLayer/python/shop/__init__.py",
+        "SharedLayer/python/wrapt/__init__.py",
+    ]
+    assert pyc_of(build / "SharedLayer/python/shop/__init__.py").is_file()
+    assert not (build / "ApiFunction" / "__pycache__").exists()
+
+
+@pytest.mark.parametrize("mode", list(py_compile.PycInvalidationMode))
+def test_a_layer_module_compiled_without_a_source_hash_fails_and_with_one_passes(
+    build: Path, mode: py_compile.PycInvalidationMode
+) -> None:
+    module = build / "SharedLayer/python/shop/__init__.py"
+    module.write_text("VALUE = 1\n")
+    compile_as(module, mode)
+    problems = check_build(build).problems
+    if mode is py_compile.PycInvalidationMode.TIMESTAMP:
+        assert [p.path for p in problems] == ["SharedLayer/python/shop/__init__.py"], reasons(problems)
+        assert "timestamp-based" in problems[0].reason
+        assert "1980-01-01" in problems[0].reason
+    else:
+        assert not problems, reasons(problems)
+
+
+def test_a_layer_module_without_bytecode_fails(build: Path) -> None:
+    module = build / "SharedLayer/python/shop/orders.py"
+    module.write_text("ORDERS = ()\n")
+    problems = check_build(build).problems
+    assert [(p.path, p.reason.split(":")[0]) for p in problems] == [
+        ("SharedLayer/python/shop/orders.py", "no .pyc")
+    ]
+
+
+def test_a_layer_module_changed_after_it_was_compiled_fails_as_stale(build: Path) -> None:
+    module = build / "SharedLayer/python/wrapt/__init__.py"
+    module.write_text("# edited in the build after compiling\n")
+    problems = check_build(build).problems
+    assert [p.path for p in problems] == ["SharedLayer/python/wrapt/__init__.py"], reasons(problems)
+    assert "stale" in problems[0].reason
+
+
+def test_bytecode_of_another_python_fails(build: Path) -> None:
+    pyc = pyc_of(build / "SharedLayer/python/shop/__init__.py")
+    header = bytearray(pyc.read_bytes())
+    header[0:2] = (3495).to_bytes(2, "little")  # CPython 3.11's magic number
+    pyc.write_bytes(bytes(header))
+    problems = check_build(build).problems
+    assert len(problems) == 1, reasons(problems)
+    assert "magic number" in problems[0].reason

@@ -36,6 +36,8 @@ def build_for_host(workdir: Path) -> Path:
     build_dir = workdir / "build"
     # sam finds the python3.13 it builds with on PATH: the venv's.
     env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "PATH": f"{SAM.parent}{os.pathsep}{os.environ['PATH']}"}
+    # The shared layer's Makefile picks its wheels for this architecture (BuildArchitecture is not passed).
+    env["LAMBDA_ARCHITECTURE"] = _HOST_ARCH
     # The copy is built outside the repository, away from samconfig.toml: ask for the Fn::ForEach
     # expansion (AWS::LanguageExtensions) explicitly.
     command = [str(SAM), "build", "--template", str(twin), "--build-dir", str(build_dir), "--parallel"]
