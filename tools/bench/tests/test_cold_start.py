@@ -135,9 +135,10 @@ def test_the_variants_are_the_default_stores_functions_and_the_postgres_ones_tha
 ) -> None:
     build = tmp_path / "build"
     (build / "SharedLayer" / "python" / "__pycache__").mkdir(parents=True)
-    (build / "SharedLayer" / "python" / "__pycache__" / "x.pyc").write_bytes(b"")
+    (build / "SharedLayer" / "python" / "__pycache__" / "x.cpython-313.pyc").write_bytes(b"")
     for logical_id in Template.load(parameters={"OrderStore": "postgres"}).functions():
-        (build / logical_id).mkdir()
+        (build / logical_id / "__pycache__").mkdir(parents=True)
+        (build / logical_id / "__pycache__" / "app.cpython-313.pyc").write_bytes(b"")
 
     subjects, sizes = cold_start.subjects_of(build, tmp_path / "work")
 
@@ -148,7 +149,12 @@ def test_the_variants_are_the_default_stores_functions_and_the_postgres_ones_tha
     assert api.modules == ("app", *cold_start.POSTGRES_ADAPTER, *cold_start.SECRET)
     assert subjects["OrdersApiFunction"].modules == ("app",)
     assert f"InventoryFunction{cold_start.POSTGRES_LABEL}" not in subjects  # the same code path
-    assert not list((tmp_path / "work").rglob("*.pyc"))  # "no .pyc" means none
+    # "as shipped": the layer's bytecode (layers/shared/Makefile compiles it), none of the functions' (sam
+    # build ships their code as source), every file dated as Lambda extracts a zip
+    work = tmp_path / "work"
+    bytecode = [p.relative_to(work).as_posix() for p in work.rglob("*.pyc")]
+    assert bytecode == ["layer/__pycache__/x.cpython-313.pyc"]
+    assert {p.stat().st_mtime for p in work.rglob("*")} == {cold_start.ZIP_EPOCH}
     assert set(sizes) == set(subjects)
 
 
