@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -55,13 +56,46 @@ from shop.domain.envelope import parse_time
 from shop.domain.errors import InvalidEnvelope
 from shop.runtime.config import Settings
 
+# The stack's parameters the commands must read as its functions do (template.yaml's Globals set these
+# variables from them; tests/unit/test_recovery.py holds the two to each other). Read from the stack, not
+# from the operator's shell: an event the stack accepts must not be called poison here.
+CONSUMERS = ("Inventory", "OrderStatus", "Notification")  # their stack outputs' prefixes
+STACK_SETTINGS = {"MaxEventBytes": "MAX_EVENT_BYTES", "OutboxTtlDays": "OUTBOX_TTL_DAYS"}
+
+
+def _describe_stack(stack_name: str) -> dict[str, Any]:
+    try:
+        return dict(boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0])
+    except ClientError as exc:
+        raise SystemExit(f"error: stack {stack_name}: {exc.response['Error'].get('Message', exc)}") from None
+
 
 def stack_outputs(stack_name: str) -> dict[str, str]:
     local = local_stack.outputs(stack_name)  # --local: the running local stack's, from its state file
     if local is not None:
         return local
-    stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
+    stack = _describe_stack(stack_name)
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def stack_output(stack_name: str, output: str) -> str:
+    """One output of the stack; SystemExit naming it when the stack has none such."""
+    found = stack_outputs(stack_name).get(output)
+    if found is None:
+        raise SystemExit(f"error: stack {stack_name} has no output {output}")
+    return found
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The configuration the stack's functions run with, as far as the commands need it: with
+    --stack-name, the stack's own parameters (STACK_SETTINGS); otherwise (and with --local, whose
+    environment carries them) this process's environment."""
+    env = dict(os.environ)
+    if args.stack_name and local_stack.outputs(args.stack_name) is None:
+        parameters = _describe_stack(args.stack_name).get("Parameters", [])
+        values = {p["ParameterKey"]: p.get("ParameterValue") for p in parameters}
+        env.update({var: str(values[name]) for name, var in STACK_SETTINGS.items() if values.get(name)})
+    return Settings.from_env(env)
 
 
 def _resolve(args: argparse.Namespace, attribute: str, output: str) -> str:
@@ -69,14 +103,14 @@ def _resolve(args: argparse.Namespace, attribute: str, output: str) -> str:
     if value:
         return str(value)
     if args.stack_name:
-        return stack_outputs(args.stack_name)[output]
+        return stack_output(args.stack_name, output)
     raise SystemExit(f"error: give --{attribute.replace('_', '-')} or --stack-name")
 
 
 def _recovery(
     args: argparse.Namespace, order_store: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 ) -> OutboxRecovery:
-    settings = Settings.from_env()
+    settings = settings_of(args)
     bus = _resolve(args, "bus", "EventBusName")
     return OutboxRecovery(
         EventPublisher(bus, settings.max_event_bytes),
@@ -144,35 +178,19 @@ def _drain_queue(
     handled = 0
     kept = 0
     parked: list[str] = []
-    while handled + kept < max_messages:
-        messages = run.receive(10)
-        if not messages:
-            break
-        for message in messages:
-            try:
-                report = recover(json.loads(message["Body"]))
-            except (InvalidEnvelope, ValueError, KeyError, TypeError, RecursionError) as exc:
-                report = None
-                print(json.dumps({"messageId": message["MessageId"], "error": f"unreadable message: {exc}"}))
-            except (ClientError, BotoCoreError) as exc:
-                # One message's AWS failure never stops the others; this one stays for a later run.
-                report = None
-                print(json.dumps({"messageId": message["MessageId"], "error": f"AWS call failed: {exc}"}))
-            except Exception as exc:  # noqa: BLE001
-                # Whatever a message holds, the others are still redriven; this one stays, named.
-                report = None
-                error = f"could not redrive: {type(exc).__name__}: {str(exc)[:500]}"
-                print(json.dumps({"messageId": message["MessageId"], "error": error}))
-            if report is not None:
-                _print(report, messageId=message["MessageId"])
-                parked.extend(report.poison)
-            if report is not None and report.complete:
-                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-                handled += 1
-            else:
-                kept += 1
-                run.keep(message)
-    run.end()
+    try:
+        while handled + kept < max_messages:
+            messages = run.receive(min(10, max_messages - handled - kept))
+            if not messages:
+                break
+            for message in messages:
+                if _recover_one(sqs, queue_url, message, recover, parked):
+                    handled += 1
+                else:
+                    kept += 1
+                    run.keep(message)
+    finally:
+        run.end()
     print(json.dumps({"redriven": handled, "kept": kept, "parked": parked}))
     if kept:
         print(f"error: {kept} message(s) kept in {queue_url}: see their 'missing' above", file=sys.stderr)
@@ -183,6 +201,44 @@ def _drain_queue(
             file=sys.stderr,
         )
     return 0 if kept == 0 and not parked else 1
+
+
+def _recover_one(
+    sqs: Any,
+    queue_url: str,
+    message: Any,
+    recover: Callable[[dict[str, Any]], RecoveryReport | None],
+    parked: list[str],
+) -> bool:
+    """One message handed to `recover`: True when its report is complete and the message is deleted."""
+    try:
+        report = recover(json.loads(message["Body"]))
+    except (InvalidEnvelope, ValueError, KeyError, TypeError, RecursionError) as exc:
+        report = None
+        print(json.dumps({"messageId": message["MessageId"], "error": f"unreadable message: {exc}"}))
+    except (ClientError, BotoCoreError) as exc:
+        # One message's AWS failure never stops the others; this one stays for a later run.
+        report = None
+        print(json.dumps({"messageId": message["MessageId"], "error": f"AWS call failed: {exc}"}))
+    except Exception as exc:  # noqa: BLE001
+        # Whatever a message holds, the others are still redriven; this one stays, named.
+        report = None
+        error = f"could not redrive: {type(exc).__name__}: {str(exc)[:500]}"
+        print(json.dumps({"messageId": message["MessageId"], "error": error}))
+    if report is None:
+        return False
+    _print(report, messageId=message["MessageId"])
+    parked.extend(report.poison)
+    if not report.complete:
+        return False
+    try:
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    except (ClientError, BotoCoreError) as exc:
+        # Done, but still in the queue: kept, so the next run redrives it again (consumers absorb that).
+        error = f"redriven, but not deleted from the queue: {exc}"
+        print(json.dumps({"messageId": message["MessageId"], "error": error}))
+        return False
+    return True
 
 
 def redrive(args: argparse.Namespace) -> int:
@@ -199,7 +255,7 @@ def redrive_dead_letters(args: argparse.Namespace) -> int:
     if args.queue_url:
         dead_letter_queue = str(args.queue_url)
     elif args.stack_name and args.consumer:
-        dead_letter_queue = stack_outputs(args.stack_name)[f"{args.consumer}DeadLetterQueueUrl"]
+        dead_letter_queue = stack_output(args.stack_name, f"{args.consumer}DeadLetterQueueUrl")
     else:
         raise SystemExit("error: give --queue-url, or --stack-name and --consumer")
     sqs = aws.sqs()
@@ -211,7 +267,7 @@ def redrive_dead_letters(args: argparse.Namespace) -> int:
     if not args.include_expired:
         retention = sqs.get_queue_attributes(QueueUrl=destination, AttributeNames=["MessageRetentionPeriod"])
         kept_for = int(retention["Attributes"]["MessageRetentionPeriod"])
-        remembered = Settings.from_env().idempotency_expires_after_seconds
+        remembered = settings_of(args).idempotency_expires_after_seconds
         oldest_safe = datetime.now(UTC) - timedelta(seconds=remembered - kept_for)
     summary = move_messages(sqs, dead_letter_queue, destination, args.max_messages, oldest_safe=oldest_safe)
     print(json.dumps(summary.closing()))
@@ -276,9 +332,22 @@ def _replay_order_database(function_name: str, args: argparse.Namespace) -> int:
     return 0 if payload.get("complete") is True else 1
 
 
+def _time(option: str, text: str | None) -> datetime | None:
+    """An option's RFC 3339 time; SystemExit naming the option when it is not one."""
+    if text is None:
+        return None
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise SystemExit(f"error: {option} {text!r} is not an RFC 3339 time with an offset ({exc})") from None
+
+
 def replay(args: argparse.Namespace) -> int:
     if not args.event_id and not (args.start and args.end):
         raise SystemExit("error: give --event-id, or both --from and --to")
+    start, end = _time("--from", args.start), _time("--to", args.end)
+    if start is not None and end is not None and start > end:
+        raise SystemExit(f"error: --from {args.start} is after --to {args.end}")
     function_name = _order_store_function(args)
     if function_name is not None:
         return _replay_order_database(function_name, args)
@@ -291,13 +360,13 @@ def replay(args: argparse.Namespace) -> int:
             table,
             args.event_id,
             include_expired=args.include_expired,
-            written_from=parse_time(args.start) if args.start else None,
-            written_to=parse_time(args.end) if args.end else None,
+            written_from=start,
+            written_to=end,
         )
     else:
-        report = recovery.replay_window(
-            table, parse_time(args.start), parse_time(args.end), include_expired=args.include_expired
-        )
+        assert start is not None  # both given: checked above
+        assert end is not None
+        report = recovery.replay_window(table, start, end, include_expired=args.include_expired)
     _print(report, table=table)
     return 0 if report.all_on_bus else 1
 
@@ -326,6 +395,7 @@ def recover_slot(args: argparse.Namespace) -> int:
     function_name = _maintenance_function(args, required=True)
     assert function_name is not None
     request: dict[str, Any] = {"execute": args.execute, "includeExpired": args.include_expired}
+    _time("--since", args.since)
     if args.since:
         request["since"] = args.since
     answer = _ask_order_store(function_name, {"recoverSlot": request})
@@ -342,11 +412,27 @@ def recover_slot(args: argparse.Namespace) -> int:
 
 def seed(args: argparse.Namespace) -> int:
     table = _resolve(args, "table", "InventoryTableName")
-    stock = json.loads(Path(args.file).read_text())["stock"]
+    stock = read_seed_file(Path(args.file))
     settings = Settings.from_env({"INVENTORY_TABLE_NAME": table})
     seed_stock(DynamoInventoryRepository(settings), stock)
     print(json.dumps({"table": table, "skus": len(stock)}))
     return 0
+
+
+def read_seed_file(path: Path) -> list[dict[str, Any]]:
+    """A seed file's "stock" lines; SystemExit saying what is wrong with it."""
+    try:
+        stock = json.loads(path.read_text())["stock"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"error: {path} is not a seed file: {exc}") from None
+    if not isinstance(stock, list) or not all(
+        isinstance(line, dict) and isinstance(line.get("sku"), str) and type(line.get("available")) is int
+        for line in stock
+    ):
+        raise SystemExit(
+            f'error: {path} is not a seed file: "stock" must list {{"sku": text, "available": integer}}'
+        )
+    return stock
 
 
 def seed_stock(repository: DynamoInventoryRepository, stock: list[dict[str, Any]]) -> None:
@@ -378,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     p_dlq.add_argument("--queue-url", help="the dead-letter queue")
     p_dlq.add_argument(
         "--consumer",
+        choices=CONSUMERS,
         help="with --stack-name: the consumer whose dead-letter queue it is (stack output "
         "<consumer>DeadLetterQueueUrl: Inventory, OrderStatus, Notification)",
     )

@@ -95,15 +95,17 @@ def test_with_the_stacks_name_the_consumer_names_the_output(
     dead_letter(sqs, queue, "{}")
     asked: list[str] = []
 
-    def outputs(stack_name: str) -> dict[str, str]:
+    def describe(stack_name: str) -> dict[str, Any]:
         asked.append(stack_name)
-        return {"InventoryDeadLetterQueueUrl": dead_letter_queue}
+        output = {"OutputKey": "InventoryDeadLetterQueueUrl", "OutputValue": dead_letter_queue}
+        parameter = {"ParameterKey": "OutboxTtlDays", "ParameterValue": "16"}
+        return {"Outputs": [output], "Parameters": [parameter]}
 
-    monkeypatch.setattr(admin, "stack_outputs", outputs)
+    monkeypatch.setattr(admin, "_describe_stack", describe)
 
     assert admin.main(["--stack-name", "shop", "redrive-dlq", "--consumer", "Inventory"]) == 0
 
-    assert asked == ["shop"]
+    assert set(asked) == {"shop"}
     assert [m["Body"] for m in everything(sqs, queue)] == ["{}"]
 
 

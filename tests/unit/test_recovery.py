@@ -38,7 +38,7 @@ from shop.domain.poison import PoisonRecord, StreamPosition
 from shop.runtime.config import Settings
 from tests.support.outbox_entries import order_entry
 from tests.unit.fakes import FaultyEventBridge
-from tools.template import Template
+from tools.template import ROOT, Template, load_yaml
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -1075,13 +1075,20 @@ def test_replay_of_a_window_leaves_out_items_past_their_own_expiry(
 
 
 # --- seed, and names read from the stack's outputs ---------------------------------------------------
-def stack_with_outputs(outputs: dict[str, str]) -> str:
-    """A CloudFormation stack (moto) whose outputs are these names, as `sam deploy` leaves ours."""
+def stack_with_outputs(outputs: dict[str, str], parameters: dict[str, str] | None = None) -> str:
+    """A CloudFormation stack (moto) whose outputs are these names, as `sam deploy` leaves ours, deployed
+    with these parameter values."""
+    parameters = parameters or {}
     body = {
+        "Parameters": {key: {"Type": "String"} for key in parameters},
         "Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
         "Outputs": {key: {"Value": value} for key, value in outputs.items()},
     }
-    boto3.client("cloudformation").create_stack(StackName="shop", TemplateBody=json.dumps(body))
+    boto3.client("cloudformation").create_stack(
+        StackName="shop",
+        TemplateBody=json.dumps(body),
+        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
+    )
     return "shop"
 
 
@@ -1148,3 +1155,179 @@ def test_replay_needs_event_ids_or_a_whole_window(template, settings, poison_que
 
     with pytest.raises(SystemExit, match="give --event-id, or both --from and --to"):
         admin(template, "replay", "--table", table, *window)
+
+
+# --- bad operator input, and the stack's own configuration ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start", "refusal"),
+    [
+        ("2026-11-21T10:00:00", "--from '2026-11-21T10:00:00' is not an RFC 3339 time with an offset"),
+        ("yesterday", "--from 'yesterday' is not an RFC 3339 time"),
+    ],
+)
+def test_replay_refuses_a_time_that_is_not_rfc_3339_saying_which_option(
+    template, settings, poison_queue, start, refusal
+):
+    table = template.physical_name("OrdersTable")
+    with pytest.raises(SystemExit, match=refusal):
+        admin(template, "replay", "--table", table, "--from", start, "--to", "2026-11-21T11:00:00Z")
+
+
+def test_replay_reads_rfc_3339s_lower_case_t_and_z(place_orders, template, settings, poison_queue, bus):
+    place_orders(2)  # at T0 and T0 + 1 min
+    table = template.physical_name("OrdersTable")
+
+    code = admin(
+        template, "replay", "--table", table, "--from", "2026-11-21t09:59:00z", "--to", "2026-11-21t10:05:00z"
+    )
+
+    assert (code, len(bus())) == (0, 2)
+
+
+def test_replay_refuses_a_window_that_ends_before_it_starts(
+    place_orders, template, settings, poison_queue, bus
+):
+    place_orders(3)
+    table = template.physical_name("OrdersTable")
+
+    with pytest.raises(SystemExit, match="--from 2026-11-21T10:05:00Z is after --to 2026-11-21T10:00:00Z"):
+        admin(
+            template,
+            "replay",
+            "--table",
+            table,
+            "--from",
+            "2026-11-21T10:05:00Z",
+            "--to",
+            "2026-11-21T10:00:00Z",
+        )
+    assert bus() == []
+
+
+class FailingFirstDelete:
+    """The real (moto) SQS client, but the first DeleteMessage fails."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.deletes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def delete_message(self, **kwargs: Any) -> Any:
+        self.deletes += 1
+        if self.deletes == 1:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "boom"}}, "DeleteMessage")
+        return self._real.delete_message(**kwargs)
+
+
+def test_a_message_that_could_not_be_deleted_is_kept_and_the_run_goes_on(
+    place_orders, bus, poison_queue, relay_dlq, template, monkeypatch, capsys
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    body = failure_message(arn, shard, records[0], records[-1], 2)
+    queue_url = relay_dlq(body, body)
+    sqs = FailingFirstDelete(boto3.client("sqs"))
+    monkeypatch.setattr(shop.adapters.aws, "sqs", lambda: sqs)
+
+    code = admin(template, "redrive", "--queue-url", queue_url)
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 1
+    assert lines[-1] == {"redriven": 1, "kept": 1, "parked": []}
+    assert any("redriven, but not deleted from the queue" in line.get("error", "") for line in lines)
+    # the kept one is visible again at once for the next run (which redrives it again: consumers absorb it)
+    left = boto3.client("sqs").receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)
+    assert len(left.get("Messages", [])) == 1
+
+
+@pytest.mark.parametrize("command", ["redrive", "redrive-poison"])
+def test_redrive_handles_at_most_max_messages(
+    place_orders, bus, poison_queue, relay_dlq, template, capsys, command
+):
+    place_orders(2)
+    arn, shard, records = stream_records(template)
+    body = failure_message(arn, shard, records[0], records[-1], 2)
+    queue_url = relay_dlq(*[body] * 5)
+    options = ["--queue-url", queue_url] if command == "redrive" else []
+    if command == "redrive-poison":
+        poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
+        for _ in range(5):
+            boto3.client("sqs").send_message(QueueUrl=poison_url, MessageBody="not a poison record")
+
+    admin(template, command, *options, "--max-messages", "2")
+
+    summary = printed(capsys).summary
+    assert summary is not None
+    assert summary["redriven"] + summary["kept"] == 2, summary
+
+
+def test_redrive_dlq_names_the_consumers_it_knows_and_a_missing_output(aws, capsys):
+    with pytest.raises(SystemExit) as refused:
+        outbox_admin(["--stack-name", "shop", "redrive-dlq", "--consumer", "inventory"])
+    assert refused.value.code == 2  # argparse: "invalid choice"
+    assert "Inventory" in capsys.readouterr().err
+
+    stack = stack_with_outputs({"OrderStatusDeadLetterQueueUrl": "https://sqs/q"})
+    with pytest.raises(SystemExit, match=f"stack {stack} has no output InventoryDeadLetterQueueUrl"):
+        outbox_admin(["--stack-name", stack, "redrive-dlq", "--consumer", "Inventory"])
+
+
+def test_a_stack_that_does_not_exist_is_named_not_a_traceback(aws):
+    with pytest.raises(SystemExit, match="error: stack nowhere"):
+        outbox_admin(["--stack-name", "nowhere", "replay", "--event-id", "e1"])
+
+
+def test_the_stack_settings_the_commands_read_are_the_ones_its_functions_get():
+    # Each (parameter, variable) the commands read from the stack is how template.yaml's Globals set it.
+    from operations.admin import STACK_SETTINGS
+
+    environment = load_yaml(ROOT / "template.yaml")["Globals"]["Function"]["Environment"]["Variables"]
+    for parameter, variable in STACK_SETTINGS.items():
+        assert environment[variable] == {"Ref": parameter}
+
+
+def test_replay_reads_max_event_bytes_from_the_stack_not_the_operators_shell(
+    place_orders, template, poison_queue, bus, monkeypatch, capsys
+):
+    # Given a stack deployed with MaxEventBytes=1048576 and a 300 KB event it wrote
+    place_orders(1)
+    table = template.physical_name("OrdersTable")
+    client = boto3.client("dynamodb")
+    items = outbox_items(table)
+    [(event_id, item)] = items.items()
+    envelope = json.loads(item["envelope"]["S"])
+    envelope["data"]["note"] = "x" * 300_000
+    client.update_item(
+        TableName=table,
+        Key={keys.PK: item[keys.PK], keys.SK: item[keys.SK]},
+        UpdateExpression="SET envelope = :e",
+        ExpressionAttributeValues={":e": {"S": json.dumps(envelope)}},
+    )
+    stack = stack_with_outputs({"OrdersTableName": table}, parameters={"MaxEventBytes": "1048576"})
+    # and an operator's shell that does not say (the default is EventBridge's 256 KB)
+    monkeypatch.delenv("MAX_EVENT_BYTES", raising=False)
+    monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=1))
+
+    # When it is replayed by id from the stack's name
+    code = admin(template, "--stack-name", stack, "replay", "--event-id", event_id)
+
+    # Then it is republished, not called poison
+    [report] = reports_printed(capsys)
+    assert (code, report["poison"], [e["detail"]["id"] for e in bus()]) == (0, [], [event_id])
+
+
+@pytest.mark.parametrize(
+    "content", [None, "not json", '{"stock": [{"sku": "SKU-A", "available": "7"}]}', '{"items": []}']
+)
+def test_seed_refuses_a_file_that_is_not_a_seed_file_saying_so(template, settings, tmp_path, content):
+    seed_file = tmp_path / "seed.json"
+    if content is not None:
+        seed_file.write_text(content)
+    table = template.physical_name("InventoryTable")
+
+    with pytest.raises(SystemExit, match=f"error: {seed_file} is not a seed file"):
+        outbox_admin(["seed", "--table", table, "--file", str(seed_file)])

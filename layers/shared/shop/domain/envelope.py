@@ -38,8 +38,9 @@ def format_time(moment: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """An RFC 3339 timestamp. RFC 3339 requires the offset: a naive time is refused, never guessed."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    """An RFC 3339 timestamp. RFC 3339 requires the offset: a naive time is refused, never guessed. Its
+    "T" and "Z" may be lower case (RFC 3339, section 5.6)."""
+    moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     if moment.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no UTC offset")
     return moment
