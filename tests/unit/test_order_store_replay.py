@@ -65,8 +65,9 @@ def test_a_window_replay_makes_only_its_published_events_inside_the_republish_wi
     assert report.selection.expired == ids["old"]
     assert state[outbox["old"][0]][1] is True  # left published: consumers may have forgotten it
     assert (report.selection.parked, report.selection.pending) == (ids["parked"], ids["pending"])
-    # Nothing was republished before the invocation ended: not complete, and it says so.
-    assert sorted(report.still_pending) == sorted(ids["recent"])
+    # Nothing was republished before the invocation ended: not complete, and it says so (the pending
+    # event was selected too: it is not on the bus either).
+    assert sorted(report.still_pending) == sorted(ids["recent"] + ids["pending"])
     assert report.complete is False
     assert any("redrive-poison" in message for message in report.messages)
     assert any("includeExpired" in message for message in report.messages)
@@ -153,19 +154,10 @@ def test_the_command_asks_the_maintenance_function_and_exits_0_only_when_complet
 
 
 def test_the_command_reports_a_refused_request_or_a_failed_function(lambda_stub: Any):
-    lambda_stub({"error": {"code": "INVALID_REPLAY_REQUEST", "message": "from is after to"}})
-    with pytest.raises(SystemExit, match="from is after to"):
-        outbox_admin(
-            [
-                "replay",
-                "--order-store-function",
-                "f",
-                "--from",
-                "2026-11-02T00:00:00Z",
-                "--to",
-                "2026-11-01T00:00:00Z",
-            ]
-        )
+    lambda_stub({"error": {"code": "INVALID_REPLAY_REQUEST", "message": "the function said no"}})
+    window = ["--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z"]
+    with pytest.raises(SystemExit, match="the function said no"):
+        outbox_admin(["replay", "--order-store-function", "f", *window])
 
     lambda_stub({"errorMessage": "boom"}, function_error=True)
     assert outbox_admin(["replay", "--order-store-function", "f", "--event-id", "e1"]) == 1
@@ -290,3 +282,120 @@ def test_a_replay_longer_than_the_sessions_statement_timeout_resets_within_the_i
         short_statements.close()
 
     assert sorted(report.selection.reset) == sorted(rows(order_database)[o][0] for o in outbox["recent"])
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "refusal"),
+    [
+        ("2026-11-02T00:00:00Z", "2026-11-01T00:00:00Z", "is after --to"),
+        ("2026-11-01T00:00:00", "2026-11-02T00:00:00Z", "--from .* is not an RFC 3339 time"),
+        ("yesterday", "2026-11-02T00:00:00Z", "--from 'yesterday' is not an RFC 3339 time"),
+    ],
+)
+def test_the_command_refuses_a_window_it_cannot_replay_before_asking_the_function(
+    lambda_stub: Any, start: str, end: str, refusal: str
+):
+    stub = lambda_stub({"reset": [], "republished": 0, "complete": True})
+    with pytest.raises(SystemExit, match=refusal):
+        outbox_admin(["replay", "--order-store-function", "f", "--from", start, "--to", end])
+    assert stub.requests == []
+
+
+def event_of(database: Database, order_id: str) -> str:
+    with database.transaction() as cursor:
+        cursor.execute("SELECT event_id FROM outbox WHERE aggregate_id = %s", (order_id,))
+        [(event_id,)] = cursor.fetchall()
+    return str(event_id)
+
+
+def test_an_event_replayed_while_still_pending_is_waited_for_like_the_others(
+    order_database: ConnectionSettings, database: Database
+):
+    # Given an event never published yet (its publisher failing, say)
+    [order] = place_orders(database, 1)
+    event_id = event_of(database, order)
+
+    # When it is replayed by id and the invocation ends before any publisher sent it
+    report = replay_order_store(database, SETTINGS, {"eventIds": [event_id]}, NO_TIME_LEFT)
+
+    # Then the replay does not say it is on the bus
+    assert report.selection.pending == [event_id]
+    assert (report.still_pending, report.republished, report.complete) == ([event_id], 0, False)
+
+    # And once the publisher has sent it, the replay waits for it and says so
+    report = replay_order_store(
+        database,
+        SETTINGS,
+        {"eventIds": [event_id]},
+        lambda: 30.0,
+        sleep=lambda _: set_rows(order_database, "published_at = clock_timestamp()", [order]),
+    )
+    assert (report.still_pending, report.republished, report.complete) == ([], 1, True)
+
+
+def test_an_event_the_polling_publisher_parks_on_the_way_is_named_and_the_replay_is_not_complete(
+    order_database: ConnectionSettings, database: Database
+):
+    # Given a published event the publisher will park when it meets it again (MaxEventBytes lowered since)
+    [order] = place_orders(database, 1)
+    set_rows(order_database, "published_at = clock_timestamp()", [order])
+    event_id = event_of(database, order)
+
+    # When it is replayed and parked while the replay waits
+    def publisher_parks(_: float) -> None:
+        set_rows(order_database, "parked_at = clock_timestamp()", [order])
+
+    report = replay_order_store(
+        database, SETTINGS, {"eventIds": [event_id]}, lambda: 30.0, sleep=publisher_parks
+    )
+
+    # Then the replay answers at once, naming it: not on the bus, redrive-poison is its way back
+    assert (report.parked_on_the_way, report.still_pending, report.republished) == ([event_id], [], 0)
+    assert report.complete is False
+    assert report.to_dict()["parkedOnTheWay"] == [event_id]
+    assert any("redrive-poison" in message for message in report.messages)
+
+
+def test_with_the_logical_relay_an_event_parked_on_the_way_is_named_and_the_replay_is_not_complete(
+    order_database: ConnectionSettings, database: Database, recording_bus: Any
+):
+    """A row leaves the replay set once on the bus, or once parked: the second is not republished."""
+    from shop.adapters.postgres import replication
+    from shop.runtime.logical_relay import relay_slot_round
+    from tests.support.publishing import ListSink, publisher
+
+    settings = Settings.from_env({"POSTGRES_RELAY": "logical", "DATABASE_NAME": "replay_tests"})
+    slot = replication.slot_name(settings.database_name)
+    use_logical_relay(order_database, slot)
+    relay_database = Database(order_database)
+    try:
+        [order] = place_orders(database, 1)
+
+        def relay_until_idle(max_event_bytes: int) -> None:
+            while relay_slot_round(
+                relay_database, publisher(), ListSink(), slot=slot, max_event_bytes=max_event_bytes
+            ).taken:
+                pass
+
+        relay_until_idle(settings.max_event_bytes)
+        assert len(recording_bus.accepted) == 1
+        event_id = event_of(database, order)
+        stop = threading.Event()
+
+        def relay_parking_everything() -> None:  # MaxEventBytes lowered since: the event no longer fits
+            while not stop.is_set():
+                relay_until_idle(100)
+
+        relay = threading.Thread(target=relay_parking_everything)
+        relay.start()
+        try:
+            report = replay_order_store(database, settings, {"eventIds": [event_id]}, lambda: 30.0)
+        finally:
+            stop.set()
+            relay.join()
+
+        assert len(recording_bus.accepted) == 1  # not on the bus again
+        assert (report.parked_on_the_way, report.republished, report.complete) == ([event_id], 0, False)
+    finally:
+        relay_database.close()
+        use_polling_relay(order_database, slot)

@@ -3,14 +3,16 @@ publisher republishes them in per-order sequence, then wait until it has. With t
 relay that owns the outbox now, outbox_relay.mode), name the rows in a replay set with its message in the
 log (shop.adapters.postgres.replays): the relay activates the set where the message sits, once
 everything committed before it is out, and drains it a chunk a round, whatever its size, while later
-events keep flowing; replay waits until the set names no row (each on the bus, or parked).
+events keep flowing; replay waits until the set names no row (each on the bus, or parked: a row parked
+on the way is named, and the replay is not complete).
 
 The database lives in a private VPC, out of an operator's reach: `python -m operations replay` invokes
 the maintenance function with {"replay": {...}} and prints what this returns. The same honesty rules as
 the DynamoDB store's replay (operations/recovery.py): events past the republish window are left alone
 unless includeExpired (consumers may no longer remember them), parked poison is named (redrive-poison
 is its way back), ids not in the outbox are named, and `complete` is true only when every selected
-event is on the bus again.
+event is on the bus again: one selected while still pending (never published yet) is waited for like
+the others, and one the relay parks on the way (it no longer fits MaxEventBytes, say) is named.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from shop.adapters.postgres import replays
 from shop.adapters.postgres.connection import Database, limit_statement_time_to
 from shop.adapters.postgres.outbox import (
     ReplaySelection,
+    parked_events_among,
     relay_mode_for_replay,
     reset_for_replay,
     unpublished_among,
@@ -48,12 +51,13 @@ class ReplayReport:
     selection: ReplaySelection
     republished: int = 0
     still_pending: list[str] = field(default_factory=list)
+    parked_on_the_way: list[str] = field(default_factory=list)  # selected, then parked by the relay
     messages: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
         s = self.selection
-        return not (s.expired or s.parked or s.missing or self.still_pending)
+        return not (s.expired or s.parked or s.missing or self.still_pending or self.parked_on_the_way)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,20 +121,32 @@ def replay_order_store(
         )
     if selection.missing:
         report.messages.append(f"{len(selection.missing)} event ids are not in the outbox")
-    waiting = list(selection.reset)
+    # What must reach the bus: the rows made pending again, and those selected while still pending.
+    selected = [*selection.reset, *selection.pending]
+    waiting, parked = list(selected), []
     if replay_id is not None:
         waiting = _wait_for_set(database, replay_id, waiting, seconds_left, sleep)
+        with database.transaction() as cursor:
+            # A row leaves the set once on the bus, or once parked.
+            parked = parked_events_among(cursor, [e for e in selected if e not in waiting])
     while waiting and seconds_left() > RESERVE_SECONDS:
         with database.transaction() as cursor:
-            waiting = unpublished_among(cursor, waiting)
+            waiting, parked_now = unpublished_among(cursor, waiting)
+        parked += parked_now
         if waiting:
             sleep(POLL_SECONDS)
-    report.republished = len(selection.reset) - len(waiting)
+    report.republished = len(selected) - len(waiting) - len(parked)
     report.still_pending = waiting
+    report.parked_on_the_way = parked
     if waiting:
         report.messages.append(
             f"{len(waiting)} events are pending again but not yet republished when this invocation ended: "
             "the publisher will send them; check the OutboxPendingAge alarm"
+        )
+    if parked:
+        report.messages.append(
+            f"{len(parked)} events were parked by the relay on the way, not published: fix them, then "
+            "redrive-poison"
         )
     return report
 

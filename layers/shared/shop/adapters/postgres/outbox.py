@@ -91,10 +91,24 @@ def relay_mode_for_replay(cursor: psycopg.Cursor[Any]) -> str:
     return relay_mode(cursor)
 
 
-def unpublished_among(cursor: psycopg.Cursor[Any], event_ids: list[str]) -> list[str]:
-    """The events among `event_ids` not marked published (pending, or parked again)."""
+def unpublished_among(cursor: psycopg.Cursor[Any], event_ids: list[str]) -> tuple[list[str], list[str]]:
+    """The events among `event_ids` not marked published: (pending, parked). A parked one will not be
+    published by any relay until it is redriven."""
     cursor.execute(
-        "SELECT event_id FROM outbox WHERE event_id = ANY(%s) AND published_at IS NULL", (event_ids,)
+        "SELECT event_id, parked_at IS NOT NULL FROM outbox"
+        " WHERE event_id = ANY(%s) AND published_at IS NULL",
+        (event_ids,),
+    )
+    rows = cursor.fetchall()
+    return [event_id for event_id, parked in rows if not parked], [
+        event_id for event_id, parked in rows if parked
+    ]
+
+
+def parked_events_among(cursor: psycopg.Cursor[Any], event_ids: list[str]) -> list[str]:
+    """The events among `event_ids` that are parked."""
+    cursor.execute(
+        "SELECT event_id FROM outbox WHERE event_id = ANY(%s) AND parked_at IS NOT NULL", (event_ids,)
     )
     return [event_id for (event_id,) in cursor.fetchall()]
 
