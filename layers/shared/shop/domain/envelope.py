@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shop.domain.errors import EventTooLarge, InvalidEnvelope
-from shop.domain.tracing import from_xray_header
+from shop.domain.tracing import LONGEST_TRACEPARENT, from_xray_header
 
 SPEC_VERSION = "1.0"
 CONTENT_TYPE = "application/json"
@@ -133,6 +133,11 @@ class CloudEvent:
             out["traceparent"] = self.traceparent
         out["data"] = self.data
         return out
+
+    def with_room_for_a_trace(self) -> CloudEvent:
+        """This event as large as a writer can make it: the repositories add the trace of the write
+        (`traced`) when they store it, so an event checked before that is checked with a traceparent."""
+        return self if self.traceparent is not None else replace(self, traceparent=LONGEST_TRACEPARENT)
 
     def traced(self, trace_header: str | None) -> CloudEvent:
         """This event with the trace context of an X-Ray trace header as its traceparent (unchanged when

@@ -255,7 +255,7 @@ def new_order_id() -> str:
 
 def _largest_rejected(order: Order, correlation_id: str) -> CloudEvent:
     """The largest OrderRejected `order` can have: every SKU refused, its quantities together, with the
-    longer reason, caused by an event (a UUID)."""
+    longer reason, caused by an event (a UUID), and the trace its writer adds."""
     asked: dict[str, int] = {}
     for line in order.lines:
         asked[line.sku] = asked.get(line.sku, 0) + line.quantity
@@ -263,7 +263,7 @@ def _largest_rejected(order: Order, correlation_id: str) -> CloudEvent:
     rejection = OrderRejection(longest, tuple(RejectedLine(sku, n, longest) for sku, n in asked.items()))
     at = datetime.fromisoformat(order.updated_at.replace("Z", "+00:00"))
     rejected = order.transition_to(OrderStatus.REJECTED, at, rejection)
-    return rejected.event(ORDER_REJECTED, correlation_id, str(uuid.UUID(int=0)))
+    return rejected.event(ORDER_REJECTED, correlation_id, str(uuid.UUID(int=0))).with_room_for_a_trace()
 
 
 class OrderService:
@@ -301,7 +301,7 @@ class OrderService:
             updated_at=at,
         )
         event = order.event(ORDER_CREATED, correlation_id)
-        ensure_publishable(event, self._max_event_bytes)
+        ensure_publishable(event.with_room_for_a_trace(), self._max_event_bytes)
         # Its OrderRejected is larger (a cause, the rejection): refused now rather than left unpublishable.
         ensure_publishable(_largest_rejected(order, correlation_id), self._max_event_bytes)
         request = None

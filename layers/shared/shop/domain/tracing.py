@@ -51,6 +51,11 @@ class TraceContext:
         return f"Root={self.xray_root};Parent={self.parent_id};Sampled={1 if self.sampled else 0}"
 
 
+# A traceparent as long as any (every version-00 traceparent is 55 characters): what an event is measured
+# with when a writer may still add its trace (shop.domain.envelope.with_room_for_a_trace).
+LONGEST_TRACEPARENT = TraceContext("f" * 32, "f" * 16, sampled=True).traceparent
+
+
 def from_xray_header(header: str | None) -> TraceContext | None:
     """The trace context of an X-Ray trace header; None when it has no valid Root and Parent (then there
     is nothing a next hop could be a child of)."""
