@@ -879,3 +879,30 @@ def test_a_round_that_read_part_of_the_log_ends_on_whole_calls_and_the_rest_lead
     assert_each_order_in_sequence(recording_bus, 25)
     assert len(recording_bus.accepted) == 25  # nothing twice
     assert recording_bus.calls == 3
+
+
+def test_a_replay_message_in_a_transaction_too_large_to_publish_whole_is_activated_with_its_spill(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    from shop.adapters.postgres import replays
+
+    # Given one event on the bus
+    with connect(order_database) as connection, connection.transaction():
+        write_events(connection, [event("o-replayed", 1)])
+    drain(database)
+    assert [order for order, _, _ in recording_bus.accepted] == ["o-replayed"]
+    # When a transaction of more rows than a round publishes (it spills) also asks to replay that event
+    with connect(order_database) as connection:
+        found = connection.execute("SELECT position FROM outbox WHERE aggregate_id = 'o-replayed'").fetchone()
+        assert found is not None
+        with connection.transaction(), connection.cursor() as cursor:
+            write_events(connection, [event(f"o-{n:03d}", 1) for n in range(logical_relay.SPILL_ROWS + 1)])
+            replay_id = replication.emit_replay(cursor, [found[0]])
+    drain(database)
+
+    # Then the replay set is activated and drained with the spill: the event is on the bus again
+    with database.transaction() as cursor:
+        progress = replays.progress(cursor, replay_id)
+    assert progress.finished, progress
+    assert [order for order, _, _ in recording_bus.accepted].count("o-replayed") == 2
+    assert len(recording_bus.accepted) == 1 + logical_relay.SPILL_ROWS + 1 + 1

@@ -303,6 +303,8 @@ def _round(
         head = transactions[0]
         positions = [row.position for row in head.rows] + head.replayed
         replays.record_set(cursor, positions, "spill", source_lsn=head.end_lsn, activated=True)
+        # A replay message in the same transaction: everything committed before it is behind the slot too.
+        replays.activate(cursor, head.replay_ids)
         metrics.add_metric(name="SlotTransactionsSpilled", unit=MetricUnit.Count, value=1)
         return PublishOutcome(backlog=True), head.end_lsn, None
     kept = transactions
