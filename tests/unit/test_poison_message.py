@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+import shop.adapters.aws
 import shop.adapters.poison_queue
 from shop.adapters.dynamodb import keys
 from shop.adapters.poison_queue import (
     MAX_MESSAGE_BYTES,
+    PoisonQueue,
     checked_poison_message,
     parked_poison,
     poison_message_body,
@@ -168,3 +170,63 @@ def test_a_message_without_a_stream_decodes_to_a_stream_position_without_one():
     parked = parked_poison({"kind": "outbox-poison", "eventId": "e-1", "sequenceNumber": "", "item": ITEM})
 
     assert parked.position == StreamPosition("", None)
+
+
+class RecordingSqs:
+    """What PoisonQueue.park sends, checked as SendMessage checks it: every character of the body and of
+    each attribute value, and the body with the attributes (name, type, value) within the size limit."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send_message(self, **request: Any) -> dict[str, str]:
+        size = len(request["MessageBody"].encode())
+        assert SQS_CHARACTERS.fullmatch(request["MessageBody"])
+        for name, value in request["MessageAttributes"].items():
+            assert value["StringValue"], f"SQS refuses an empty attribute value ({name})"
+            assert SQS_CHARACTERS.fullmatch(value["StringValue"]), (name, value["StringValue"])
+            size += len(name.encode()) + len(value["DataType"].encode()) + len(value["StringValue"].encode())
+        assert size <= MAX_MESSAGE_BYTES, f"{size} bytes: SQS refuses the message"
+        self.sent.append(request)
+        return {"MessageId": "m-1"}
+
+
+def park(monkeypatch: pytest.MonkeyPatch, parked: PoisonRecord) -> dict[str, Any]:
+    sqs = RecordingSqs()
+    monkeypatch.setattr(shop.adapters.aws, "sqs", lambda: sqs)
+    PoisonQueue("https://sqs.invalid/poison").park(parked)
+    [request] = sqs.sent
+    return request
+
+
+def row_record(event_id: str, envelope: str) -> PoisonRecord:
+    row = {**ROW, "eventId": event_id, "envelope": envelope}
+    return PoisonRecord(RowPosition(7), event_id, "not a CloudEvent", row, {**ROW_KEY, "eventId": event_id})
+
+
+def test_a_record_whose_body_alone_just_fits_is_parked_by_its_key_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # The largest envelope this code still parks whole, then the next 100 sizes: the message attributes
+    # count toward SQS's limit, so a body that fits alone must not go out with them.
+    low, high = 1, MAX_MESSAGE_BYTES
+    while low < high:
+        middle = (low + high + 1) // 2
+        whole = '"item"' in poison_message_body(row_record("e-7", "x" * middle))
+        low, high = (middle, high) if whole else (low, middle - 1)
+    for size in range(low, low + 100):
+        request = park(monkeypatch, row_record("e-7", "x" * size))
+        assert checked_poison_message(json.loads(request["MessageBody"]))["eventId"] == "e-7"
+
+
+@pytest.mark.parametrize(
+    "event_id", ["", "odd \uffff id", "lone \ud800"], ids=["empty", "U+FFFF", "surrogate"]
+)
+def test_a_record_whose_event_id_sqs_refuses_as_an_attribute_is_parked_whole(
+    monkeypatch: pytest.MonkeyPatch, event_id: str
+):
+    request = park(monkeypatch, row_record(event_id, "not json"))
+
+    # The body holds the event id as it is; the attribute is escaped, or left out when empty
+    assert checked_poison_message(json.loads(request["MessageBody"]))["eventId"] == event_id
+    assert ("eventId" in request["MessageAttributes"]) is bool(event_id)

@@ -21,15 +21,23 @@ sequenceNumber (streamArn null).
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
 from shop.adapters import aws
 from shop.domain.envelope import format_time, now
 from shop.domain.poison import ParkedPoison, PoisonPosition, PoisonRecord, RowPosition, StreamPosition
 
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
+
 POISON_KIND = "outbox-poison"
-# SQS accepts 256 KiB per message (1 MiB since 2025 in some regions): stay under the smaller limit.
+# SQS accepts 256 KiB per message (1 MiB since 2025 in some regions): stay under the smaller limit. The
+# message attributes count toward it, each its name, data type and value (SendMessage).
 MAX_MESSAGE_BYTES = 262_144
+# What SQS refuses in a message, body or attribute value: anything but #x9 | #xA | #xD | #x20-#xD7FF |
+# #xE000-#xFFFD | #x10000-#x10FFFF (SendMessage).
+_REFUSED_BY_SQS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _message_text(body: dict[str, Any]) -> tuple[str, int]:
@@ -47,8 +55,32 @@ def _message_text(body: dict[str, Any]) -> tuple[str, int]:
         return text, len(text)
 
 
+def poison_message_attributes(record: PoisonRecord) -> dict[str, MessageAttributeValueTypeDef]:
+    """The message's attributes (for a look at the queue without decoding bodies): the event id and the
+    reason's start, what SQS refuses in them escaped as JSON would (\\uXXXX), an empty one left out (SQS
+    refuses empty values). The body holds both as they are."""
+    values = {"eventId": record.event_id, "reason": record.reason[:256]}
+    return {
+        name: {"DataType": "String", "StringValue": _REFUSED_BY_SQS.sub(_escaped, value)}
+        for name, value in values.items()
+        if value
+    }
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"
+
+
+def _attributes_bytes(attributes: dict[str, MessageAttributeValueTypeDef]) -> int:
+    return sum(
+        len(name.encode()) + len(value["DataType"].encode()) + len(value.get("StringValue", "").encode())
+        for name, value in attributes.items()
+    )
+
+
 def poison_message_body(record: PoisonRecord) -> str:
-    """Encode: the message of a record parked whole (or by its key, when too large for one message)."""
+    """Encode: the message of a record parked whole (or by its key, when too large for one message with
+    its attributes)."""
     body: dict[str, Any] = {
         "kind": POISON_KIND,
         "version": 1,
@@ -61,7 +93,7 @@ def poison_message_body(record: PoisonRecord) -> str:
         "item": record.image,
     }
     text, size = _message_text(body)
-    if size <= MAX_MESSAGE_BYTES:
+    if size <= MAX_MESSAGE_BYTES - _attributes_bytes(poison_message_attributes(record)):
         return text
     del body["item"]
     body["itemOmitted"] = _OMITTED[record.store]
@@ -113,8 +145,5 @@ class PoisonQueue:
         aws.sqs().send_message(
             QueueUrl=self._queue_url,
             MessageBody=poison_message_body(record),
-            MessageAttributes={
-                "eventId": {"DataType": "String", "StringValue": record.event_id},
-                "reason": {"DataType": "String", "StringValue": record.reason[:256]},
-            },
+            MessageAttributes=poison_message_attributes(record),
         )
