@@ -327,6 +327,9 @@ COMPLETE_FAILURE = {
     "an empty string itemIdentifier": '{"batchItemFailures": [{"itemIdentifier": ""}]}',
     "a null itemIdentifier": '{"batchItemFailures": [{"itemIdentifier": null}]}',
     "an itemIdentifier under a wrong key name": '{"batchItemFailures": [{"itemId": "$SEQ"}]}',
+    # "an invalid JSON response": not the documented shape (tools/local/pollers/batch_response.py)
+    "a response that is not an object": '"ok"',
+    "a batchItemFailures that is not a list": '{"batchItemFailures": {}}',
 }
 
 
@@ -361,8 +364,9 @@ def test_an_invalid_item_identifier_fails_the_whole_batch_and_counts_a_retry(
     """The whole batch is retried, then, with MaximumRetryAttempts 1, discarded whole; no function error.
 
     AWS (https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html): Lambda
-    treats a batch as a complete failure if the function returns an empty string itemIdentifier, a null
-    itemIdentifier or an itemIdentifier with a bad key name, and retries failures based on the retry
+    treats a batch as a complete failure if the function returns an invalid JSON response, an empty string
+    itemIdentifier, a null itemIdentifier or an itemIdentifier with a bad key name, and retries failures
+    based on the retry
     strategy; mappings that read from streams retry the entire batch
     (https://docs.aws.amazon.com/lambda/latest/dg/invocation-retries.html). The function did return: the
     OnFailure document (https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html) has

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tools.local.console.activity import DEAD_LETTERED, ActivityLog, Invocation
+from tools.local.pollers.batch_response import InvalidBatchResponse, reported_identifiers
 from tools.local.pollers.event_sources import QueueSource
 from tools.local.pollers.patterns import matches
 from tools.local.pollers.threads import MappingThreads
@@ -314,16 +315,13 @@ class QueuePoller(MappingThreads):
         everything = {r["messageId"] for r in records}
         if not result.ok:
             return everything
-        if not self.source.report_batch_item_failures or not isinstance(result.payload, dict):
+        if not self.source.report_batch_item_failures:
             return set()
-        failures = result.payload.get("batchItemFailures") or []
-        failed: set[str] = set()
-        for failure in failures if isinstance(failures, list) else [None]:
-            identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
-            if not isinstance(identifier, str) or identifier not in everything:
-                return everything  # an invalid response fails the whole batch
-            failed.add(identifier)
-        return failed
+        try:
+            failed = set(reported_identifiers(result.payload))
+        except InvalidBatchResponse:
+            return everything  # an invalid response fails the whole batch
+        return everything if failed - everything else failed  # an id not in the batch: the same
 
     def _delete(self, records: list[dict[str, Any]]) -> None:
         for start in range(0, len(records), _MAX_RECEIVE):

@@ -1,8 +1,9 @@
 """How a DynamoDB stream batch's invocation ended, and the OnFailure document of a discarded batch.
 
 What AWS documents, read off an invocation's result: with ReportBatchItemFailures an empty or null
-batchItemFailures, or an empty or null response, is a complete success; an empty, null or missing (wrongly
-keyed) itemIdentifier is a complete failure; otherwise the checkpoint is the lowest returned sequence
+batchItemFailures, or an empty or null response, is a complete success; an invalid response (not an
+object, batchItemFailures not a list: batch_response.py) or an empty, null or missing (wrongly keyed)
+itemIdentifier is a complete failure; otherwise the checkpoint is the lowest returned sequence
 number ("Configuring partial batch response with DynamoDB and Lambda",
 https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html). A discarded
 batch is described to the mapping's OnFailure destination in the document Lambda sends, metadata only
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tools.local.pollers.batch_response import InvalidBatchResponse, reported_identifiers
 from tools.local.pollers.stream_lanes import Lane, Pending
 from tools.local.runtime.functions import InvocationResult
 
@@ -41,20 +43,19 @@ def batch_outcome(
         return Outcome(succeeded=0, function_error=True, failed_ids=everything)
     if not report_batch_item_failures:
         return Outcome(succeeded=len(batch), function_error=False)
-    payload = result.payload
-    failures = payload.get("batchItemFailures") if isinstance(payload, dict) else None
-    if not failures:
+    positions = {p.sequence_number: index for index, p in enumerate(batch)}
+    try:
+        identifiers = reported_identifiers(result.payload)
+    except InvalidBatchResponse:
+        identifiers = [""]  # judged below as an identifier not in the batch
+    if not identifiers:
         # An empty or null batchItemFailures, an empty or null response: a complete success.
         return Outcome(succeeded=len(batch), function_error=False)
-    positions = {p.sequence_number: index for index, p in enumerate(batch)}
-    failed: list[int] = []
-    for failure in failures if isinstance(failures, list) else [None]:
-        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
-        if not isinstance(identifier, str) or identifier not in positions:
-            # An empty, null or missing (wrongly keyed) itemIdentifier, or one that is not in the
-            # batch: a complete failure, the whole batch retried. The function did not fail.
-            return Outcome(succeeded=0, function_error=False, failed_ids=everything)
-        failed.append(positions[identifier])
+    if any(identifier not in positions for identifier in identifiers):
+        # An invalid response, an empty, null or missing (wrongly keyed) itemIdentifier, or one that is
+        # not in the batch: a complete failure, the whole batch retried. The function did not fail.
+        return Outcome(succeeded=0, function_error=False, failed_ids=everything)
+    failed = [positions[identifier] for identifier in identifiers]
     reported = tuple(batch[index].sequence_number for index in sorted(set(failed)))
     return Outcome(succeeded=min(failed), function_error=False, failed_ids=reported)
 
