@@ -237,10 +237,40 @@ def json_answer(
     return HttpAnswer(status, headers + (extra or []), json.dumps(document).encode())
 
 
+# Lambda's limit on a synchronous invocation's request and response payloads: 6 MB (Lambda quotas,
+# "Invocation payload (request and response)": 6 MB each for synchronous), 6,291,456 bytes.
+SYNC_PAYLOAD_LIMIT = 6_291_456
+
+
+def _not_a_proxy_response(payload: Any) -> str | None:
+    """Why a result is not the proxy integration's output format, or None. AWS: "If the function runs but
+    returns an error, or returns a response in the wrong format, API Gateway returns a 502"
+    (https://docs.aws.amazon.com/lambda/latest/dg/services-apigateway-errors.html); the format: statusCode,
+    headers (a map), multiValueHeaders (a map of lists), body (a string), isBase64Encoded
+    (https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html)."""
+    if not isinstance(payload, dict) or type(payload.get("statusCode")) is not int:
+        return "no integer statusCode"
+    if not isinstance(payload.get("headers") or {}, dict):
+        return "headers is not a map"
+    multi = payload.get("multiValueHeaders") or {}
+    if not isinstance(multi, dict) or not all(isinstance(v, list) for v in multi.values()):
+        return "multiValueHeaders is not a map of lists"
+    if payload.get("body") is not None and not isinstance(payload["body"], str):
+        return "body is not a string"
+    if payload.get("isBase64Encoded"):
+        try:
+            base64.b64decode(payload.get("body") or "", validate=True)
+        except ValueError:
+            return "body is not base64 though isBase64Encoded"
+    if len(json.dumps(payload).encode()) > SYNC_PAYLOAD_LIMIT:
+        return "the response is over Lambda's 6 MB"
+    return None
+
+
 def http_answer(result: InvocationResult) -> HttpAnswer:
     """The HTTP response API Gateway makes of a proxy integration's result."""
     payload = result.payload
-    if not result.ok or not isinstance(payload, dict) or not isinstance(payload.get("statusCode"), int):
+    if not result.ok or _not_a_proxy_response(payload) is not None:
         return json_answer(HTTPStatus.BAD_GATEWAY, _INTERNAL_ERROR, "InternalServerErrorException")
     headers: list[tuple[str, str]] = []
     multi = payload.get("multiValueHeaders") or {}
@@ -250,7 +280,7 @@ def http_answer(result: InvocationResult) -> HttpAnswer:
         if name not in multi:  # multiValueHeaders win when both name a header
             headers.append((name, str(value)))
     raw = payload.get("body") or ""
-    body = base64.b64decode(raw) if payload.get("isBase64Encoded") else str(raw).encode()
+    body = base64.b64decode(raw) if payload.get("isBase64Encoded") else raw.encode()
     return HttpAnswer(int(payload["statusCode"]), headers, body)
 
 
@@ -337,6 +367,12 @@ class ApiServer:
             source_ip=source_ip,
             api_id=self._api_ids.get(route.route.api, route.route.api),
         )
+        if len(json.dumps(event).encode()) > SYNC_PAYLOAD_LIMIT:
+            # Lambda refuses the invocation (its 6 MB request payload), and "if the Lambda API rejects the
+            # invocation request, API Gateway returns a 500" (services-apigateway-errors): the function
+            # never runs, and nothing is recorded as its invocation.
+            error = "InternalServerErrorException"
+            return json_answer(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR, error)
         result = self._functions[route.route.function].invoke(event)
         answer = http_answer(result)
         self._activity.add(
