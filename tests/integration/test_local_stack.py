@@ -412,6 +412,27 @@ def test_an_invocation_outliving_the_timeout_is_a_function_error(probe_stack: Lo
     )
 
 
+def test_an_invocation_that_overruns_its_timeout_a_little_is_timed_out_too(probe_stack: LocalStack) -> None:
+    # AWS: an invocation that runs past its Timeout fails with "Task timed out", however little past.
+    spec = probe_stack.template.function("ProbeStreamFunction")
+    overrun = {
+        "Records": [
+            {
+                "dynamodb": {
+                    "Keys": {"PK": {"S": unique("overrun")}},
+                    "NewImage": {"action": {"S": "sleep"}, "seconds": {"N": str(spec.timeout + 0.1)}},
+                    "SequenceNumber": "1",
+                }
+            }
+        ]
+    }
+
+    result = probe_stack.invoke("ProbeStreamFunction", overrun)
+
+    assert result.error is not None
+    assert result.error.error_type == "Sandbox.Timedout"
+
+
 # --- SQS mapping --------------------------------------------------------------------------------------
 def queue_deliveries(stack: LocalStack, body: str) -> list[tuple[Invocation, dict[str, Any]]]:
     return [

@@ -38,7 +38,9 @@ from tools.template import REGION, FunctionSpec
 
 # Lambda allows 10 s for the init phase of an on-demand environment.
 INIT_TIMEOUT_SECONDS = 10.0
-# Time for the worker to answer after its deadline before it is considered hung.
+# Time for the worker's answer to arrive after the deadline before the worker is considered hung. An answer
+# that arrives in it is still a timeout (AWS: an invocation that runs past its Timeout fails with "Task timed
+# out"), so code that stops "just before the deadline" cannot overrun it locally and pass.
 _DEADLINE_GRACE_SECONDS = 0.25
 # Execution environments per function when the template reserves no concurrency for it.
 MAX_CONCURRENCY_VARIABLE = "LOCAL_MAX_CONCURRENCY"
@@ -371,7 +373,7 @@ class FunctionRuntime:
             environment.discarded = True
             error = FunctionError("Runtime.ExitError", "the function's process exited during the invocation")
             return self._result(request_id, environment, started, cold, error=error)
-        if response is None:
+        if response is None or time.monotonic() > deadline:
             environment.discarded = True  # a timed-out sandbox is never reused
             message = f"Task timed out after {self.spec.timeout:.2f} seconds"
             return self._result(
