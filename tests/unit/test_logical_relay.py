@@ -898,6 +898,7 @@ def test_a_replay_message_in_a_transaction_too_large_to_publish_whole_is_activat
         with connection.transaction(), connection.cursor() as cursor:
             write_events(connection, [event(f"o-{n:03d}", 1) for n in range(logical_relay.SPILL_ROWS + 1)])
             replay_id = replication.emit_replay(cursor, [found[0]])
+    assert replay_id is not None
     drain(database)
 
     # Then the replay set is activated and drained with the spill: the event is on the bus again
