@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 from tools.local.console.activity import ActivityLog, Invocation
 from tools.local.pollers.event_sources import ApiRoute
 from tools.local.processes import LOOPBACK, StartupError, ensure_port_free
-from tools.local.runtime.functions import FunctionRuntime, InvocationResult
+from tools.local.runtime.functions import SYNC_PAYLOAD_LIMIT, FunctionRuntime, InvocationResult
 from tools.template import ACCOUNT
 
 _PARAMETER = re.compile(r"\{([^}]+)\}")
@@ -235,11 +235,6 @@ def json_answer(
     if error_type:
         headers.append(("x-amzn-ErrorType", error_type))
     return HttpAnswer(status, headers + (extra or []), json.dumps(document).encode())
-
-
-# Lambda's limit on a synchronous invocation's request and response payloads: 6 MB (Lambda quotas,
-# "Invocation payload (request and response)": 6 MB each for synchronous), 6,291,456 bytes.
-SYNC_PAYLOAD_LIMIT = 6_291_456
 
 
 def _not_a_proxy_response(payload: Any) -> str | None:

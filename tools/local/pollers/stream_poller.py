@@ -41,6 +41,7 @@ OnFailure document).
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -64,7 +65,7 @@ from tools.local.pollers.stream_records import (
 )
 from tools.local.pollers.threads import MappingThreads
 from tools.local.runtime.context import function_arn
-from tools.local.runtime.functions import FunctionRuntime, InvocationResult
+from tools.local.runtime.functions import SYNC_PAYLOAD_LIMIT, FunctionRuntime, InvocationResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
@@ -87,6 +88,17 @@ _READ_AHEAD_RECORDS = 10_000
 # DynamoDB Local moves an empty shard's start to the first record it gets (sequence numbers are global
 # across tables), so an iterator taken on an empty shard reads as "trimmed": renew it from our position.
 _RENEW_ITERATOR_ON = frozenset({"ExpiredIteratorException", "TrimmedDataAccessException"})
+
+
+def records_within_payload(batch: list[Pending]) -> int:
+    """How many of the batch's first records one invocation's event holds within Lambda's 6 MB synchronous
+    payload (at least one: a record is at most DynamoDB's 400 KB item, twice, in its images)."""
+    size = len(b'{"Records": []}')
+    for count, pending in enumerate(batch):
+        size += len(json.dumps(pending.record).encode()) + len(b", ")
+        if size > SYNC_PAYLOAD_LIMIT and count:
+            return count
+    return len(batch)
 
 
 class StreamPoller(MappingThreads):
@@ -325,7 +337,8 @@ class StreamPoller(MappingThreads):
             return progressed  # still gathering records inside the batching window
         if self._discard_expired(lane):
             return True
-        size = lane.planned[0] if lane.planned else min(source.batch_size, len(lane.pending))
+        # A planned size is a part of a batch that fitted already (bisection).
+        size = lane.planned[0] if lane.planned else records_within_payload(lane.pending[: source.batch_size])
         # The other lanes, and this lane's reads, go on meanwhile.
         self._invoke_apart(lane, lane.pending[:size])
         return True

@@ -38,6 +38,10 @@ from tools.template import REGION, FunctionSpec
 
 # Lambda allows 10 s for the init phase of an on-demand environment.
 INIT_TIMEOUT_SECONDS = 10.0
+# Lambda's limit on a synchronous invocation's request and response payloads: 6 MB each (Lambda quotas,
+# "Invocation payload (request and response)"), 6,291,456 bytes; the event source mappings' batches stay
+# within it ("up to the payload limit for synchronous invocation (6 MB)": EventSourceMappingConfiguration).
+SYNC_PAYLOAD_LIMIT = 6_291_456
 # Time for the worker's answer to arrive after the deadline before the worker is considered hung. An answer
 # that arrives in it is still a timeout (AWS: an invocation that runs past its Timeout fails with "Task timed
 # out"), so code that stops "just before the deadline" cannot overrun it locally and pass.

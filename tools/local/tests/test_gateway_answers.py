@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tools.local.console.activity import ActivityLog
-from tools.local.gateway.server import SYNC_PAYLOAD_LIMIT, ApiServer, RouteTable, http_answer
+from tools.local.gateway.server import ApiServer, RouteTable, http_answer
 from tools.local.pollers.event_sources import ApiRoute
-from tools.local.runtime.functions import InvocationResult
+from tools.local.runtime.functions import SYNC_PAYLOAD_LIMIT, InvocationResult
 
 
 def answer(payload: Any) -> tuple[int, bytes]:
