@@ -80,7 +80,10 @@ REPLACEMENT: dict[str, frozenset[str]] = {
     "AWS::CloudFormation::Stack": frozenset(),
 }
 
-Action = Literal["add", "remove", "modify", "replace", "unchanged"]
+# "retain": gone from the template, kept in the account (DeletionPolicy Retain, on it or on the nested
+# stack holding it): CloudFormation removes it from the stack and deletes nothing.
+Action = Literal["add", "remove", "retain", "modify", "replace", "unchanged"]
+_KEPT_ON_DELETE = frozenset({"Retain", "RetainExceptOnCreate"})
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,10 @@ class ChangeSet(dict[str, Change]):
     @property
     def removed(self) -> set[str]:
         return self.of("remove")
+
+    @property
+    def retained(self) -> set[str]:
+        return self.of("retain")
 
     @property
     def replaced(self) -> set[str]:
@@ -192,7 +199,12 @@ def compare(before: Stack, after: Stack) -> ChangeSet:
     for key in old.keys() | new.keys():
         if key not in new:
             stack, logical_id = old[key]
-            changes[key] = Change("remove", stack.resources[logical_id]["Type"])
+            kept = any(
+                key == holder or key.startswith(holder + "/")
+                for holder, (owner, holder_id) in old.items()
+                if holder not in new and owner.resources[holder_id].get("DeletionPolicy") in _KEPT_ON_DELETE
+            )
+            changes[key] = Change("retain" if kept else "remove", stack.resources[logical_id]["Type"])
             continue
         stack, logical_id = new[key]
         types[key] = stack.resources[logical_id]["Type"]
