@@ -63,11 +63,18 @@ CONSUMERS = ("Inventory", "OrderStatus", "Notification")  # their stack outputs'
 STACK_SETTINGS = {"MaxEventBytes": "MAX_EVENT_BYTES", "OutboxTtlDays": "OUTBOX_TTL_DAYS"}
 
 
+_described: dict[str, dict[str, Any]] = {}  # one DescribeStacks per stack and command (main clears it)
+
+
 def _describe_stack(stack_name: str) -> dict[str, Any]:
+    if stack_name in _described:
+        return _described[stack_name]
     try:
-        return dict(boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0])
+        stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
     except ClientError as exc:
         raise SystemExit(f"error: stack {stack_name}: {exc.response['Error'].get('Message', exc)}") from None
+    _described[stack_name] = dict(stack)
+    return _described[stack_name]
 
 
 def stack_outputs(stack_name: str) -> dict[str, str]:
@@ -554,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     p_seed.add_argument("--file", default="tools/local/seed.json", help='{"stock": [{"sku", "available"}]}')
     p_seed.set_defaults(run=seed)
     args = parser.parse_args(argv)
+    _described.clear()  # a process (a test) may run several commands, on stacks that changed
     if args.local:
         local_stack.use_local_stack(args)
     return int(args.run(args))
