@@ -73,6 +73,29 @@ def test_every_artefact_is_what_the_arm64_python313_runtime_loads(built: dict[st
     assert set(report.function_sizes) == functions
 
 
+def run_isolated(
+    logical_id: str,
+    search_path: list[str],
+    script: str,
+    env: dict[str, str],
+    flags: tuple[str, ...] = (),
+    arguments: tuple[str, ...] = (),
+) -> str:
+    """`script` in a clean interpreter (-I -S: no site-packages, and `flags`) with only `search_path` to
+    import from; the last line it printed."""
+    code = f"import sys; sys.path[:0] = {search_path!r}\n{script}"
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", *flags, "-c", code, *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"{logical_id}: {result.stderr[-2000:]}"
+    return result.stdout.strip().splitlines()[-1]
+
+
 def test_built_artefacts_import_and_run_a_handler(x86_build: Path, template: Template):
     # Given each function's artefact with only its layer on the path, as in the Lambda runtime
     event = (ROOT / "events" / "api_create_order_invalid_fields.json").read_text()
@@ -102,24 +125,10 @@ def test_built_artefacts_import_and_run_a_handler(x86_build: Path, template: Tem
         }
         # When the handler is imported (and, for the API, invoked) in a clean interpreter
         # (-I -S: no site-packages, only the artefact and its layer)
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-I",
-                "-S",
-                "-c",
-                f"import sys; sys.path[:0] = {env['PYTHONPATH'].split(os.pathsep)!r}\n{script}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        last_line = run_isolated(logical_id, env["PYTHONPATH"].split(os.pathsep), script, env)
         # Then it imports with nothing but its artefact and the layer
-        assert result.returncode == 0, f"{logical_id}: {result.stderr[-2000:]}"
         if logical_id == "OrdersApiFunction":
-            response = json.loads(result.stdout.strip().splitlines()[-1])
+            response = json.loads(last_line)
             # (validated by jsonschema-rs, from the function's own requirements: the layer has no pydantic)
             assert response["statusCode"] == 422
             assert json.loads(response["body"])["error"]["code"] == "VALIDATION_FAILED"
@@ -156,17 +165,8 @@ def test_no_cold_start_compiles_a_module_of_the_layer(x86_build: Path, template:
         # When each function's handler module is imported in a fresh interpreter
         env = {"PATH": os.environ["PATH"], "AWS_REGION": "us-east-1", **spec.environment}
         search_path = [str(x86_build / logical_id), str(layer)]
-        code = f"import sys; sys.path[:0] = {search_path!r}\n{_COUNT_COMPILES}"
-        result = subprocess.run(
-            [sys.executable, "-I", "-S", "-B", "-c", code, str(layer)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert result.returncode == 0, f"{logical_id}: {result.stderr[-2000:]}"
-        imported = json.loads(result.stdout.strip().splitlines()[-1])
+        printed = run_isolated(logical_id, search_path, _COUNT_COMPILES, env, ("-B",), (str(layer),))
+        imported = json.loads(printed)
         # Then every layer module it loads comes from the layer's bytecode: none is compiled
         assert imported["loaded"] > 100, imported
         assert imported["compiled"] == [], f"{logical_id} compiled {imported['compiled'][:10]}"

@@ -385,19 +385,16 @@ def test_a_function_sees_exactly_the_environment_its_definition_gives_it(probe_s
     assert 0 < seen["remaining_ms"] <= spec.timeout * 1000
 
 
+def sleeping_record_event(prefix: str, seconds: float) -> dict[str, Any]:
+    """A stream event of one record that asks the probe handler to sleep `seconds`."""
+    image = {"action": {"S": "sleep"}, "seconds": {"N": str(seconds)}}
+    record = {"dynamodb": {"Keys": {"PK": {"S": unique(prefix)}}, "NewImage": image, "SequenceNumber": "1"}}
+    return {"Records": [record]}
+
+
 def test_an_invocation_outliving_the_timeout_is_a_function_error(probe_stack: LocalStack) -> None:
     spec = probe_stack.template.function("ProbeStreamFunction")
-    slow = {
-        "Records": [
-            {
-                "dynamodb": {
-                    "Keys": {"PK": {"S": unique("slow")}},
-                    "NewImage": {"action": {"S": "sleep"}, "seconds": {"N": str(spec.timeout + 3)}},
-                    "SequenceNumber": "1",
-                }
-            }
-        ]
-    }
+    slow = sleeping_record_event("slow", spec.timeout + 3)
 
     timed_out = probe_stack.invoke("ProbeStreamFunction", slow)
     next_call = probe_stack.invoke("ProbeStreamFunction", {})
@@ -415,17 +412,7 @@ def test_an_invocation_outliving_the_timeout_is_a_function_error(probe_stack: Lo
 def test_an_invocation_that_overruns_its_timeout_a_little_is_timed_out_too(probe_stack: LocalStack) -> None:
     # AWS: an invocation that runs past its Timeout fails with "Task timed out", however little past.
     spec = probe_stack.template.function("ProbeStreamFunction")
-    overrun = {
-        "Records": [
-            {
-                "dynamodb": {
-                    "Keys": {"PK": {"S": unique("overrun")}},
-                    "NewImage": {"action": {"S": "sleep"}, "seconds": {"N": str(spec.timeout + 0.1)}},
-                    "SequenceNumber": "1",
-                }
-            }
-        ]
-    }
+    overrun = sleeping_record_event("overrun", spec.timeout + 0.1)
 
     result = probe_stack.invoke("ProbeStreamFunction", overrun)
 

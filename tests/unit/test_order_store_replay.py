@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,6 +48,24 @@ def outbox(order_database: ConnectionSettings, database: Database) -> dict[str, 
     set_rows(order_database, "created_at = created_at - interval '40 days'", [old])
     set_rows(order_database, "parked_at = clock_timestamp()", [parked])
     return {"recent": [recent_a, recent_b], "old": [old], "parked": [parked], "pending": [pending]}
+
+
+@contextmanager
+def rounds_meanwhile(relay_until_idle: Callable[[], None]) -> Iterator[None]:
+    """The relay running its rounds in a thread of its own while the block runs (a replay waits for it)."""
+    stop = threading.Event()
+
+    def relay_until_stopped() -> None:
+        while not stop.is_set():
+            relay_until_idle()
+
+    relay = threading.Thread(target=relay_until_stopped)
+    relay.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        relay.join()
 
 
 def window(days: int = 60) -> dict[str, str]:
@@ -188,19 +208,8 @@ def test_with_the_logical_relay_a_replay_goes_through_the_slot_and_completes_onc
         relay_until_idle()
         assert len(recording_bus.accepted) == 3
         replayed = rows(order_database)[orders[1]][0]
-        stop = threading.Event()
-
-        def relay_until_stopped() -> None:
-            while not stop.is_set():
-                relay_until_idle()
-
-        relay = threading.Thread(target=relay_until_stopped)
-        relay.start()
-        try:
+        with rounds_meanwhile(relay_until_idle):
             report = replay_order_store(database, settings, {"eventIds": [replayed]}, lambda: 30.0)
-        finally:
-            stop.set()
-            relay.join()
 
         assert report.selection.reset == [replayed]
         assert report.complete is True
@@ -380,19 +389,9 @@ def test_with_the_logical_relay_an_event_parked_on_the_way_is_named_and_the_repl
         relay_until_idle(settings.max_event_bytes)
         assert len(recording_bus.accepted) == 1
         event_id = event_of(database, order)
-        stop = threading.Event()
-
-        def relay_parking_everything() -> None:  # MaxEventBytes lowered since: the event no longer fits
-            while not stop.is_set():
-                relay_until_idle(100)
-
-        relay = threading.Thread(target=relay_parking_everything)
-        relay.start()
-        try:
+        # MaxEventBytes lowered since: the event no longer fits, the relay parks it
+        with rounds_meanwhile(lambda: relay_until_idle(100)):
             report = replay_order_store(database, settings, {"eventIds": [event_id]}, lambda: 30.0)
-        finally:
-            stop.set()
-            relay.join()
 
         assert len(recording_bus.accepted) == 1  # not on the bus again
         assert (report.parked_on_the_way, report.republished, report.complete) == ([event_id], 0, False)
