@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tools.iam import Access, Decision, Request, decisions, deployed, refusals
+from tools.iam import Access, Decision, Request, Touch, decisions, deployed, refusals
 from tools.template import ACCOUNT, REGION, Template
 
 STORES = ("dynamodb", "postgres")
@@ -80,6 +80,34 @@ def test_eventbridge_may_send_to_a_consumer_queue_only_for_that_consumers_rule(a
     assert len(others) == 2 * len(CONSUMERS) * (len(CONSUMERS) - 1)
     found = decisions(others)
     assert [str(d) for d in found if d.result != "ImplicitlyDenied"] == []
+
+
+def test_a_consumer_may_touch_its_own_idempotency_records_and_no_other_consumers(access: Access):
+    # Powertools keys a consumer's records "<function name>.<key prefix's rest>#<hash>"
+    # (shop.runtime.consumer.idempotency_key_prefix). A consumer that could delete or overwrite another's
+    # record could make that consumer apply an event's effect twice.
+    table = access.aws.arn("IdempotencyTable")
+    names = {consumer: access.aws.physical_name(f"{consumer}Function") for consumer in CONSUMERS}
+    actions = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+    asked = {
+        (consumer, owner, action): access.calls(
+            f"{consumer}Function",
+            [Touch(action, table, (("dynamodb:LeadingKeys", (f"{name}.shop.consumer#{'0' * 32}",)),))],
+        )[0]
+        for consumer in CONSUMERS
+        for owner, name in names.items()
+        for action in actions
+    }
+    found = {key: d.result for key, d in zip(asked, decisions(list(asked.values())), strict=True)}
+    assert {key for key, result in found.items() if result == "Allowed"} == {
+        (consumer, consumer, action) for consumer in CONSUMERS for action in actions
+    }
+    # ... nor a record whose key only starts with its name (another function's name may extend it)
+    [longer] = access.calls(
+        "InventoryFunction",
+        [Touch("dynamodb:PutItem", table, (("dynamodb:LeadingKeys", (f"{names['Inventory']}2.x#0",)),))],
+    )
+    assert [d.result for d in decisions([longer])] == ["ImplicitlyDenied"]
 
 
 def test_only_this_stacks_alarms_of_this_account_may_publish_to_the_alarm_topic(access: Access):

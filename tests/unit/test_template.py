@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,6 +31,7 @@ from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.orders import OrderLine, OrderRepository, OrderService, PlaceOrder
 from shop.runtime.config import Settings
+from shop.runtime.consumer import idempotency_key_prefix
 from shop.runtime.polling_publisher import RESERVE_SECONDS
 from tests.support import LambdaContext, json_body, load_event, load_handler_module
 from tests.support.postgres import connect
@@ -45,6 +47,7 @@ from tools.iam import (
     decisions,
     deployed,
     local_names,
+    partition_keys,
     refusals,
     touches,
 )
@@ -167,7 +170,10 @@ def granted(template: Template, function: str) -> set[Grant]:
     grants: set[Grant] = set()
     for statement in statements(template, function):
         assert statement["Effect"] == "Allow", statement
-        assert "Condition" not in statement, statement
+        # A condition may only narrow a grant to some items (a consumer's own idempotency records): the
+        # grant stays the table's here, and the IAM evaluation decides on the items.
+        keys = {key for test in statement.get("Condition", {}).values() for key in test}
+        assert keys <= {"dynamodb:LeadingKeys"}, statement
         for action in as_list(statement["Action"]):
             for resource in as_list(statement["Resource"]):
                 grants.add((action, resource_name(resource)))
@@ -407,7 +413,8 @@ def as_deployed(template: Template) -> DeployedTemplate:
 def recorder(
     template: Template, as_deployed: DeployedTemplate, monkeypatch: pytest.MonkeyPatch
 ) -> CallRecorder:
-    calls = CallRecorder(template, ResourceNames(local_names(template, as_deployed)))
+    names = ResourceNames(local_names(template, as_deployed), partition_keys=partition_keys(as_deployed))
+    calls = CallRecorder(template, names)
     original = botocore.client.BaseClient._make_api_call  # type: ignore[attr-defined]
 
     def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
@@ -748,7 +755,10 @@ def test_code_column_is_exactly_what_the_code_calls(
     boto3.client("sns").create_topic(Name=template.physical_name("NotificationTopic"))
     boto3.client("sqs").create_queue(QueueName=template.physical_name("RelayPoisonQueue"))
 
-    # When the function runs its sample events
+    # When the function runs its sample events, under the name Lambda gives it (a consumer's idempotency
+    # records are keyed by it, and its role may touch no others)
+    function_name = str(as_deployed.resolve({"Ref": function}))
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", function_name)
     with recorder.recording_calls():
         SCENARIOS[function](invoke, template, monkeypatch)
 
@@ -757,8 +767,11 @@ def test_code_column_is_exactly_what_the_code_calls(
     made = list(recorder.touches)
     if any(e["Type"] == "SQS" for e in template.function(function).events.values()):  # a consumer
         calls |= {(action, "IdempotencyTable") for action in idempotency_store_calls()}
+        # (the calls Powertools makes on failure paths only, on one of the function's own records)
+        record = f"{idempotency_key_prefix(replace(settings, function_name=function_name))}#{'0' * 32}"
         made += [
-            Touch(action, as_deployed.arn("IdempotencyTable")) for action in sorted(idempotency_store_calls())
+            Touch(action, as_deployed.arn("IdempotencyTable"), (("dynamodb:LeadingKeys", (record,)),))
+            for action in sorted(idempotency_store_calls())
         ]
     code, _ = documented_permissions(store(template))[function]
     assert calls == code
@@ -1180,6 +1193,7 @@ CONSUMER_RESOURCES = (
     "Rule",
     "QueuePolicy",
     "SourcePolicy",
+    "IdempotencyPolicy",
     "FunctionRole",
     "Function",
     "LogGroup",

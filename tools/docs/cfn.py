@@ -35,6 +35,9 @@ _ROLE_POLICY_TYPES = {
     "AWS::IAM::Policy": "Roles",
     "AWS::IAM::ManagedPolicy": "Roles",
 }
+# Condition keys that only narrow a statement to some items of its tables (a consumer's own idempotency
+# records): its grants are documented as the table's, and docs/reference.md says which items.
+ITEM_CONDITION_KEYS = frozenset({"dynamodb:LeadingKeys"})
 _LOG_WRITES = ("logs:CreateLogStream", "logs:PutLogEvents")
 _TRACE_WRITES = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")
 # The parameter whose values decide which resources a deploy creates and what the roles grant: the
@@ -218,9 +221,13 @@ class ExpandedTemplate:
         for document in self.policy_documents(role):
             for statement in as_list(document["Statement"]):
                 where = f"{role}, statement {statement.get('Sid', '?')}"
-                unsupported = {"Condition", "NotAction", "NotResource", "NotPrincipal"} & set(statement)
-                if statement.get("Effect") != "Allow" or unsupported:
-                    raise TemplateError(f"{where}: only Allow statements without conditions are documented")
+                unsupported = {"NotAction", "NotResource", "NotPrincipal"} & set(statement)
+                keys = {key for test in statement.get("Condition", {}).values() for key in test}
+                if statement.get("Effect") != "Allow" or unsupported or keys - ITEM_CONDITION_KEYS:
+                    raise TemplateError(
+                        f"{where}: only Allow statements, without conditions or narrowed to some items of "
+                        f"their tables ({', '.join(sorted(ITEM_CONDITION_KEYS))}), are documented"
+                    )
                 for action in as_list(statement["Action"]):
                     for resource in as_list(statement["Resource"]):
                         grants.add((str(action), resource_of(resource, where)))

@@ -12,6 +12,7 @@ from tools.iam.deployed import (
     DeploymentError,
     deployed,
     local_names,
+    partition_keys,
     resource_policies,
     role_policies,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "deployed",
     "local_names",
     "missing_condition_keys",
+    "partition_keys",
     "refusals",
     "resource_policies",
     "role_policies",

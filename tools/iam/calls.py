@@ -6,7 +6,9 @@ name, e.g. "dynamodb"; the operation, e.g. "TransactWriteItems"; its parameters)
 `Touch` per authorisation AWS makes, following the Service Authorization Reference:
 
 - a DynamoDB transaction is authorised item by item (Put → dynamodb:PutItem, ...), a batch per table;
-  a Query or Scan on an index on the index's ARN (table/<name>/index/<index>);
+  a Query or Scan on an index on the index's ARN (table/<name>/index/<index>); a call on one item
+  carries its partition key's value as dynamodb:LeadingKeys, for the tables whose partition key
+  attribute `names` knows;
 - SQS names a queue by URL, the ARN is arn:aws:sqs:<region>:<account>:<name>; a *Batch action is
   authorised as its single action (SendMessageBatch → sqs:SendMessage);
 - EventBridge PutEvents on each entry's bus (the default bus when it names none), with the
@@ -35,6 +37,8 @@ _TRANSACT_ACTIONS = {
     "ConditionCheck": "ConditionCheckItem",
     "Get": "GetItem",
 }
+# Calls on one item, named by its Key (PutItem: its Item).
+_ITEM_OPERATIONS = {"GetItem", "PutItem", "UpdateItem", "DeleteItem"}
 # Batch operations IAM authorises as their single action (no action of their own).
 _BATCH_ACTIONS = {
     "sqs": {
@@ -88,12 +92,20 @@ def queue_arn(url: str) -> str:
 
 
 class ResourceNames:
-    """ARNs for the names a call gives, by AWS's naming rules and the `names` it was given."""
+    """ARNs for the names a call gives, by AWS's naming rules and the `names` it was given; and the
+    partition key attribute of the tables in `partition_keys` (table ARN → attribute name)."""
 
-    def __init__(self, names: Mapping[str, str] | None = None, region: str = REGION, account: str = ACCOUNT):
+    def __init__(
+        self,
+        names: Mapping[str, str] | None = None,
+        region: str = REGION,
+        account: str = ACCOUNT,
+        partition_keys: Mapping[str, str] | None = None,
+    ):
         self.names = dict(names or {})
         self.region = region
         self.account = account
+        self.partition_keys = dict(partition_keys or {})
 
     def _known(self, value: str, service: str) -> str | None:
         arn = self.names.get(value)
@@ -140,12 +152,23 @@ class ResourceNames:
         return self._known(name, "lambda") or (f"arn:aws:lambda:{self.region}:{self.account}:function:{name}")
 
 
+def _item(action: str, table: str, key: Mapping[str, Any] | None, names: ResourceNames) -> Touch:
+    """An action on one item: with its partition key's value as dynamodb:LeadingKeys when the table's
+    partition key attribute is known (a value as the call gives it: {"S": "..."}, {"N": "..."})."""
+    attribute = names.partition_keys.get(table)
+    if attribute is None or key is None or attribute not in key:
+        return Touch(action, table)
+    [value] = key[attribute].values()
+    return Touch(action, table, (("dynamodb:LeadingKeys", (str(value),)),))
+
+
 def _dynamodb(operation: str, params: Mapping[str, Any], names: ResourceNames) -> list[Touch]:
     if operation in {"TransactWriteItems", "TransactGetItems"}:  # authorised item by item
         touches = []
         for item in params["TransactItems"]:
             [(kind, spec)] = item.items()
-            touches.append(Touch(f"dynamodb:{_TRANSACT_ACTIONS[kind]}", names.table(spec["TableName"])))
+            action, table = f"dynamodb:{_TRANSACT_ACTIONS[kind]}", names.table(spec["TableName"])
+            touches.append(_item(action, table, spec.get("Key") or spec.get("Item"), names))
         return touches
     if operation in {"BatchGetItem", "BatchWriteItem"}:
         return [Touch(f"dynamodb:{operation}", names.table(table)) for table in params["RequestItems"]]
@@ -155,6 +178,8 @@ def _dynamodb(operation: str, params: Mapping[str, Any], names: ResourceNames) -
         table = names.table(params["TableName"])
         if operation in {"Query", "Scan"} and params.get("IndexName"):
             table = f"{table}/index/{params['IndexName']}"
+        if operation in _ITEM_OPERATIONS:
+            return [_item(f"dynamodb:{operation}", table, params.get("Key") or params.get("Item"), names)]
         return [Touch(f"dynamodb:{operation}", table)]
     return [Touch(f"dynamodb:{operation}", "*")]
 

@@ -223,6 +223,18 @@ def local_names(local: Template, aws: DeployedTemplate) -> dict[str, str]:
     return names
 
 
+def partition_keys(aws: DeployedTemplate) -> dict[str, str]:
+    """Each created table's ARN → its partition key attribute (KeySchema's HASH): what a call on one of
+    its items carries as dynamodb:LeadingKeys (tools/iam/calls.py)."""
+    keys: dict[str, str] = {}
+    for logical_id in aws.of_type("AWS::DynamoDB::Table"):
+        if aws.is_created(logical_id):
+            schema = aws.properties(logical_id)["KeySchema"]
+            [attribute] = [part["AttributeName"] for part in schema if part["KeyType"] == "HASH"]
+            keys[aws.arn(logical_id)] = attribute
+    return keys
+
+
 # --- the policies AWS evaluates --------------------------------------------------------------------------
 def _document(value: Any, where: str) -> Policy:
     if not isinstance(value, dict) or "Statement" not in value:

@@ -47,6 +47,32 @@ def test_a_batch_per_table_and_a_query_on_an_index_on_the_indexs_arn() -> None:
     ]
 
 
+def test_a_call_on_one_item_carries_its_partition_key_as_leading_keys() -> None:
+    names = ResourceNames(partition_keys={TABLE: "pk"})  # orders: pk (HASH), sk; stock: not known
+    leading = (("dynamodb:LeadingKeys", ("ORDER#1",)),)
+    key = {"pk": {"S": "ORDER#1"}, "sk": {"S": "META"}}
+    for operation in ("GetItem", "UpdateItem", "DeleteItem"):
+        assert touches("dynamodb", operation, {"TableName": "orders", "Key": key}, names) == [
+            Touch(f"dynamodb:{operation}", TABLE, leading)
+        ]
+    item = {**key, "n": {"N": "1"}}
+    assert touches("dynamodb", "PutItem", {"TableName": "orders", "Item": item}, names) == [
+        Touch("dynamodb:PutItem", TABLE, leading)
+    ]
+    items = [
+        {"Put": {"TableName": "orders", "Item": key}},
+        {"ConditionCheck": {"TableName": "orders", "Key": {"pk": {"N": "7"}, "sk": {"S": "x"}}}},
+        {"Update": {"TableName": "stock", "Key": {"sku": {"S": "A"}}}},  # no partition key known
+    ]
+    assert touches("dynamodb", "TransactWriteItems", {"TransactItems": items}, names) == [
+        Touch("dynamodb:PutItem", TABLE, leading),
+        Touch("dynamodb:ConditionCheckItem", TABLE, (("dynamodb:LeadingKeys", ("7",)),)),
+        Touch("dynamodb:UpdateItem", STOCK),
+    ]
+    # a Query names no item here (its key condition is an expression): no leading keys
+    assert touches("dynamodb", "Query", {"TableName": "orders"}, names) == [Touch("dynamodb:Query", TABLE)]
+
+
 def test_sqs_names_a_queue_by_url_and_authorises_a_batch_as_its_single_action() -> None:
     url = f"https://sqs.eu-west-1.amazonaws.com/{ACCOUNT}/poison"
     assert touches("sqs", "SendMessageBatch", {"QueueUrl": url, "Entries": []}) == [

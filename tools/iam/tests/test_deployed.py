@@ -13,6 +13,7 @@ from tools.iam import (
     decisions,
     deployed,
     local_names,
+    partition_keys,
     resource_policies,
     role_policies,
 )
@@ -43,6 +44,9 @@ def test_arns_and_refs_are_awss_for_what_iam_sees(postgres: Template) -> None:
     )
     assert aws.resources["OutboxPublisherFunctionEveryMinute"]["Type"] == "AWS::Scheduler::Schedule"
     assert aws.resources["OutboxPublisherFunctionEveryMinuteRole"]["Type"] == "AWS::IAM::Role"
+    # each table's partition key attribute, by its ARN (a call on one item carries its value)
+    assert partition_keys(aws)[arn("dynamodb", "table/local-IdempotencyTable")] == "id"
+    assert set(partition_keys(aws)) == {aws.arn(t) for t in aws.of_type("AWS::DynamoDB::Table")}
     # the nested stack's secret, an ARN where the reader has a placeholder, and the name the code had
     secret = {"Fn::GetAtt": ["OrderDatabase", "Outputs.SecretArn"]}
     assert aws.resolve(secret) == NESTED_ARNS["SecretArn"]
@@ -54,6 +58,7 @@ def test_every_policy_attached_to_a_role_and_each_resources_own(postgres: Templa
     assert {name for name, _ in role_policies(aws, "InventoryFunctionRole")} == {
         "InventoryFunctionRole/least-privilege",
         "InventorySourcePolicy/source",
+        "InventoryIdempotencyPolicy/idempotency",
         "InventoryEffectPolicy/effect",
     }
     policies = resource_policies(aws)
