@@ -169,7 +169,7 @@ def test_a_service_is_refused_once_the_template_no_longer_grants_it(template: Te
     ]  # fmt: skip
     # (b) the polling grant narrowed to the dead-letter queue, and the queue policy to the queue alone
     narrowed = copy.deepcopy(template.data)
-    [_, poll] = narrowed["Resources"]["InventorySourcePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    [poll] = narrowed["Resources"]["InventorySourcePolicy"]["Properties"]["PolicyDocument"]["Statement"]
     poll["Resource"] = {"Fn::GetAtt": ["InventoryDeadLetterQueue", "Arn"]}
     [send] = narrowed["Resources"]["InventoryQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
     send["Resource"] = {"Fn::GetAtt": ["InventoryQueue", "Arn"]}
