@@ -13,12 +13,13 @@ from typing import Any
 import boto3
 import pytest
 
+from shop.adapters.dynamodb import keys
 from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
 from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.envelope import CloudEvent
-from shop.domain.inventory import InventoryService
+from shop.domain.inventory import InventoryService, ReservationStatus
 from shop.domain.orders import Order, OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.domain.saga import OrderStatusPolicy
 from shop.runtime.config import Settings
@@ -324,6 +325,124 @@ def test_a_hot_sku_conflicting_with_other_reservations_still_reserves_without_a_
     assert conflicts["left"] == 0
     assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (8, 4)
     assert [event["type"] for event in outbox(template, "InventoryTable")] == ["InventoryReserved"]
+
+
+def key_name(key: dict[str, Any]) -> str:
+    """An item's key as one string, PK#SK."""
+    return f"{key[keys.PK]['S']}#{key[keys.SK]['S']}"
+
+
+def refuse_transactions(monkeypatch: pytest.MonkeyPatch, refused: dict[str, str]) -> list[list[str]]:
+    """From now on DynamoDB cancels every transaction with an action on an item of `refused` (keys: the
+    item's PK#SK; values: the reason code of that action), every other action's reason None, as AWS
+    answers: TransactionCanceledException with one CancellationReason per action, in order, and a
+    message naming them (TransactWriteItems API reference: "a similar validation error occurs because of
+    changes made by the transaction", e.g. `available + :q` on a deleted stock item). moto answers such
+    an update with a plain ValidationException instead. Emptying `refused` lifts the refusal. Returns the
+    codes of each cancellation."""
+    cancellations: list[list[str]] = []
+
+    def item(action: dict[str, Any]) -> str:
+        [body] = action.values()
+        return key_name(body["Key"] if "Key" in body else keys.item_key(body["Item"]))
+
+    def transact(client: Any, kwargs: dict[str, Any]) -> Any:
+        codes = [refused.get(item(action), "None") for action in kwargs["TransactItems"]]
+        if set(codes) == {"None"}:
+            return client.transact_write_items(**kwargs)
+        cancellations.append(codes)
+        response: Any = {
+            "Error": {
+                "Code": "TransactionCanceledException",
+                "Message": "Transaction cancelled, please refer cancellation reasons for specific reasons "
+                f"[{', '.join(codes)}]",
+            },
+            "CancellationReasons": [{"Code": code} for code in codes],
+        }
+        raise client.exceptions.TransactionCanceledException(response, "TransactWriteItems")
+
+    intercept_transactions(monkeypatch, transact)
+    return cancellations
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        {"SKU-BLUE-PEN": "ValidationError"},
+        {"SKU-BLUE-PEN": "ItemCollectionSizeLimitExceeded"},
+        # One SKU short (no stock item) and the other refused: the shortage is not the whole answer.
+        {"SKU-RED-MUG": "ConditionalCheckFailed", "SKU-BLUE-PEN": "ValidationError"},
+    ],
+    ids=["validation-error", "item-collection-too-large", "short-and-validation-error"],
+)
+def test_a_reservation_cancelled_for_anything_but_short_stock_fails_the_message_and_rejects_nothing(
+    invoke, inventory, template, monkeypatch, caplog, refused
+):
+    """Only failed stock conditions make an order short. Any other reason is no shortage: a rejection
+    would name SKUs that may not be short, or none at all (which the order side refuses forever, the
+    order left PENDING); the message fails instead, is retried, then dead-lettered with its error."""
+    event = load_event("sqs_inventory_order_created.json")
+    cancellations = refuse_transactions(
+        monkeypatch, {key_name(keys.stock_key(sku)): code for sku, code in refused.items()}
+    )
+
+    assert failures(invoke(INVENTORY, event)) == [event["Records"][0]["messageId"]]
+
+    assert len(cancellations) == 1
+    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
+    assert logged["error_type"] == "TransactionCanceledException"
+    assert all(code in logged["error"] for code in refused.values())
+    assert inventory.get_reservation(ORDER_ID) is None
+    assert outbox(template, "InventoryTable") == []
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (10, 5)
+
+
+def test_a_release_cancelled_for_a_stock_item_it_cannot_update_fails_until_that_is_fixed(
+    invoke, inventory, template, monkeypatch, caplog
+):
+    """An operator deleted a SKU's stock item while an order held some: the release cannot add to it, and
+    AWS cancels the transaction with ValidationError as that action's reason. The reservation did not
+    change, so this is no stale cancel to acknowledge: the message fails (the mugs are not left reserved
+    for good behind a completed idempotency record) and, once the stock item is back, its retry releases."""
+    assert failures(invoke(INVENTORY, load_event("sqs_inventory_order_created.json"))) == []
+    refused = {key_name(keys.stock_key("SKU-BLUE-PEN")): "ValidationError"}
+    cancellations = refuse_transactions(monkeypatch, refused)
+    cancelled = load_event("sqs_inventory_order_cancelled.json")
+
+    assert failures(invoke(INVENTORY, cancelled)) == [cancelled["Records"][0]["messageId"]]
+
+    assert cancellations == [["None", "None", "ValidationError", "None"]]  # reservation, event, pen, mug
+    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
+    assert logged["error_type"] == "TransactionCanceledException"
+    assert "[None, None, ValidationError, None]" in logged["error"]
+    reservation = inventory.get_reservation(ORDER_ID)
+    assert reservation is not None
+    assert reservation.status is ReservationStatus.RESERVED
+    assert [e["type"] for e in outbox(template, "InventoryTable")] == ["InventoryReserved"]
+
+    # The operator restores the stock item; the message's next receive releases what the order held
+    refused.clear()
+    assert failures(invoke(INVENTORY, cancelled)) == []
+
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (10, 5)
+    assert sorted(e["type"] for e in outbox(template, "InventoryTable")) == [
+        "InventoryReleased",
+        "InventoryReserved",
+    ]
+
+
+def test_a_cancel_first_whose_tombstone_is_refused_fails_after_one_attempt(invoke, inventory, monkeypatch):
+    """The tombstone's write was refused, not beaten by a create: no reservation to release appears, so
+    the cancel is not tried again and again in the same invocation (it recursed until RecursionError)."""
+    cancellations = refuse_transactions(
+        monkeypatch, {key_name(keys.reservation_key(ORDER_ID)): "ValidationError"}
+    )
+    cancelled = load_event("sqs_inventory_order_cancelled.json")
+
+    assert failures(invoke(INVENTORY, cancelled)) == [cancelled["Records"][0]["messageId"]]
+
+    assert cancellations == [["ValidationError"]]
+    assert inventory.get_reservation(ORDER_ID) is None
 
 
 def test_cancel_releases_what_was_reserved(invoke, inventory, template):

@@ -73,15 +73,19 @@ def test_conflicts_are_retried_until_the_transaction_commits(monkeypatch, clock)
     client = ScriptedDynamoDB(
         cancelled("None", "TransactionConflict"),
         cancelled("ThrottlingError", "None"),
+        # Throttled on a provisioned table or index (ThrottlingError is an on-demand one's): the same
+        # capacity shortfall as ProvisionedThroughputExceededException (TransactWriteItems API reference,
+        # TransactionCanceledException reason codes)
+        cancelled("None", "ProvisionedThroughputExceeded"),
         plain("ThrottlingException"),
     )
 
     run(monkeypatch, client, clock)
 
-    assert len(client.calls) == 4
+    assert len(client.calls) == 5
     assert all(call["TransactItems"] == ACTIONS for call in client.calls)
     # Exponential, capped: each pause at most twice the one before (jitter 1.0 = the ceiling).
-    assert clock.sleeps == [0.025, 0.05, 0.1]
+    assert clock.sleeps == [0.025, 0.05, 0.1, 0.2]
 
 
 def test_a_cancelled_attempt_wrote_nothing_so_the_next_is_a_new_request(monkeypatch, clock):

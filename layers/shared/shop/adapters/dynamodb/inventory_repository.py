@@ -10,9 +10,12 @@ from shop.adapters import aws
 from shop.adapters.dynamodb import keys
 from shop.adapters.dynamodb.outbox_writes import OutboxSettings, outbox_put
 from shop.adapters.dynamodb.transactions import (
+    CONDITION_FAILED,
     SecondsLeft,
     busy_when_unavailable,
+    cancellation_codes,
     cancellation_reasons,
+    only_conditions_failed,
     transact_write_items,
     unbounded,
 )
@@ -114,8 +117,11 @@ class DynamoInventoryRepository:
             }
         }
 
-    def _transact(self, actions: list[dict[str, Any]], reservation_index: int) -> list[dict[str, Any]]:
-        """Run a transaction; returns [] on success, else the per-action cancellation reasons.
+    def _transact(self, actions: list[dict[str, Any]], reservation_index: int) -> None:
+        """Run a transaction; raise ReservationChanged when the reservation item failed its own condition
+        (another delivery wrote it), and the ClientError of any other failure: a cancellation for
+        another reason (a validation error, a size limit) is no sign the reservation changed, and taken
+        for one the message would be acknowledged with nothing done (a release left undone for good).
 
         Transactional (2 units per KB per item) because the reservation, the stock it takes or gives
         back and its outbox event must commit together: a crash in between would take stock without
@@ -124,13 +130,10 @@ class DynamoInventoryRepository:
         try:
             transact_write_items(actions, seconds_left=self._seconds_left)
         except ClientError as exc:
-            reasons = cancellation_reasons(exc)
-            if not reasons:
-                raise
-            if reasons[reservation_index].get("Code") == "ConditionalCheckFailed":
+            codes = cancellation_codes(exc)
+            if codes and codes[reservation_index] == CONDITION_FAILED:
                 raise ReservationChanged(str(actions[reservation_index])) from exc
-            return reasons
-        return []
+            raise
 
     # --- InventoryRepository ------------------------------------------------------------------------
     def get_reservation(self, order_id: str) -> Reservation | None:
@@ -145,23 +148,28 @@ class DynamoInventoryRepository:
     def reserve(self, reservation: Reservation, event: CloudEvent) -> None:
         stock = [self._stock_change(sku, -qty) for sku, qty in reservation.lines]
         actions = [self._put_new(reservation), self._outbox_put(reservation.order_id, event), *stock]
-        reasons = self._transact(actions, reservation_index=0)
-        if reasons:
+        try:
+            self._transact(actions, reservation_index=0)
+        except ClientError as exc:
+            # Short only when failed stock conditions are the whole answer: with any other reason the
+            # rejection could name SKUs that are not short, or none (which the order side refuses).
+            codes = cancellation_codes(exc)
+            if CONDITION_FAILED not in codes[2:] or not only_conditions_failed(codes):
+                raise
             failed = [
                 (sku, "Item" in reason)
-                for (sku, _), reason in zip(reservation.lines, reasons[2:], strict=True)
-                if reason.get("Code") == "ConditionalCheckFailed"
+                for (sku, _), reason in zip(reservation.lines, cancellation_reasons(exc)[2:], strict=True)
+                if reason.get("Code") == CONDITION_FAILED
             ]
             raise InsufficientStock(
                 [sku for sku, _ in failed], [sku for sku, stocked in failed if not stocked]
-            )
+            ) from exc
 
     def record_new(self, reservation: Reservation, event: CloudEvent | None) -> None:
         actions = [self._put_new(reservation)]
         if event is not None:
             actions.append(self._outbox_put(reservation.order_id, event))
-        if self._transact(actions, reservation_index=0):
-            raise ReservationChanged(reservation.order_id)
+        self._transact(actions, reservation_index=0)
 
     def release(self, current: Reservation, released: Reservation, event: CloudEvent) -> None:
         stock = [self._stock_change(sku, qty) for sku, qty in current.lines]
@@ -170,12 +178,10 @@ class DynamoInventoryRepository:
             self._outbox_put(released.order_id, event),
             *stock,
         ]
-        if self._transact(actions, reservation_index=0):
-            raise ReservationChanged(released.order_id)
+        self._transact(actions, reservation_index=0)
 
     def update_status(self, current: Reservation, changed: Reservation) -> None:
-        if self._transact([self._guarded_update(current, changed)], reservation_index=0):
-            raise ReservationChanged(changed.order_id)
+        self._transact([self._guarded_update(current, changed)], reservation_index=0)
 
     # --- operations -----------------------------------------------------------------------------
     def set_stock(self, sku: str, available: int) -> None:

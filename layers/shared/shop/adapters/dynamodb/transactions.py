@@ -19,8 +19,12 @@ _THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
 )
 # Reasons a transaction is cancelled that say nothing about the data: another transaction held one of
-# its items, or a partition was throttled. The same transaction may commit a moment later.
-_CONTENTION_REASONS = frozenset({"TransactionConflict", "ThrottlingError"})
+# its items, or a partition was throttled (TransactWriteItems API reference, cancellation reason codes:
+# ThrottlingError on an on-demand table or index, ProvisionedThroughputExceeded on a provisioned one, the
+# shortfall ProvisionedThroughputExceededException reports outside a transaction). The same transaction
+# may commit a moment later.
+_CONTENTION_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+CONDITION_FAILED = "ConditionalCheckFailed"
 # Errors after which the transaction's outcome is unknown (it may have committed): retried with the
 # same ClientRequestToken, so a committed transaction answers as committed instead of running again.
 _OUTCOME_UNKNOWN = (ConnectionError, HTTPClientError)
@@ -58,6 +62,14 @@ def cancellation_reasons(exc: ClientError) -> list[dict[str, Any]]:
 def cancellation_codes(exc: ClientError) -> list[str]:
     """Per-action reason codes of a cancelled transaction, in the order of its TransactItems."""
     return [str(reason.get("Code", "None")) for reason in cancellation_reasons(exc)]
+
+
+def only_conditions_failed(codes: Sequence[str]) -> bool:
+    """Whether the reasons of a cancelled transaction name nothing but failed conditions, contention and
+    actions that were fine: then its failed conditions are the whole answer. Any other reason (a
+    validation error caused by the transaction's changes, an item collection over its size limit) says
+    nothing of the conditions, and its ClientError is the answer."""
+    return set(codes) <= _CONTENTION_REASONS | {"None", CONDITION_FAILED}
 
 
 def is_contention(exc: ClientError) -> bool:
@@ -110,14 +122,15 @@ def transact_write_items(
 
     The SDK does not retry TransactionCanceledException, so a hot item (many orders on one SKU) would
     fail each conflicting transaction and burn one SQS receive of its message per conflict. A
-    cancellation for TransactionConflict or ThrottlingError only (no condition failed) is retried here
-    with jittered backoff; a cancellation means nothing was written, so each new attempt is a new
-    request (a new ClientRequestToken). After an error that leaves the outcome unknown (a read timeout
-    the SDK gave up on, TransactionInProgressException) the same token is sent again: DynamoDB answers a
-    committed transaction's token as a success without writing (TransactWriteItems, ClientRequestToken),
-    and the caller answers like the first call. Raises ServiceBusy when the budget runs out (contention,
-    or an outcome still unknown), and the ClientError of any other failure (a condition that failed, a
-    validation error) for the caller to classify.
+    cancellation for contention only (TransactionConflict, ThrottlingError, ProvisionedThroughputExceeded;
+    no condition failed) is retried here with jittered backoff; a cancellation means nothing was
+    written, so each new attempt is a new request (a new ClientRequestToken). After an error that
+    leaves the outcome unknown (a read timeout the SDK gave up on, TransactionInProgressException) the
+    same token is sent again: DynamoDB answers a committed transaction's token as a success without
+    writing (TransactWriteItems, ClientRequestToken), and the caller answers like the first call.
+    Raises ServiceBusy when the budget runs out (contention, or an outcome still unknown), and the
+    ClientError of any other failure (a condition that failed, a validation error) for the caller to
+    classify.
     """
     started = clock()
     token = new_request_token()
