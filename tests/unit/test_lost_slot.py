@@ -435,6 +435,36 @@ def test_a_recovery_the_maintenance_function_finished_meanwhile_is_reported_repu
     assert (again.republished, again.complete) == (True, True)
 
 
+def test_a_run_whose_recovery_another_run_recorded_again_does_not_report_the_gap_drained(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """Two recover-slot runs read the slot lost at the same moment: the second records the recovery again
+    (begin_recovery: not handed over) after the first handed the gap over. The first has no say on what
+    the second does: nothing is on the bus (the relay stops on an unfinished recovery)."""
+    orders = place_orders(database, 3)
+    drop_slot(order_database)
+    since = datetime.now(UTC) - timedelta(days=1)
+    other = Database(order_database)
+
+    def second_run_begins(_: float) -> None:
+        with other.transaction() as cursor:
+            slot_recovery.begin_recovery(cursor, SLOT, since)
+
+    try:
+        first = recover_slot(database, SETTINGS, {"execute": True}, countdown(3.0), sleep=second_run_begins)
+    finally:
+        other.close()
+
+    assert (first.failed, first.republished, first.complete) == (None, False, False)
+    assert any("another recover-slot run" in message for message in first.messages)
+    assert state(database).needs_recovery
+    assert recording_bus.accepted == []
+    second = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)  # the second run goes on
+    drain(database)
+    assert second.failed is None
+    assert sorted(o for o, _, _ in recording_bus.accepted) == sorted(orders)
+
+
 def test_recover_slot_replaces_an_invalidated_slot(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):

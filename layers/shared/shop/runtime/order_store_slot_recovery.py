@@ -165,7 +165,9 @@ def recover_slot(
         if state.recovery_handed_over:
             report.messages.append("recovered already: the relay is publishing the gap")
             if execute:
-                report.republished = _wait_until_drained(database, slot, seconds_left, sleep, report)
+                report.republished = _wait_until_drained(
+                    database, slot, state.recovery_replay_id, seconds_left, sleep, report
+                )
         else:
             report.messages.append("the slot is healthy: nothing to recover")
             report.republished = True
@@ -293,7 +295,7 @@ def _execute(
             f"republish them anyway: python -m operations replay --from {report.since} --to "
             f"{format_time(horizon)} --include-expired"
         )
-    report.republished = _wait_until_drained(database, slot, seconds_left, sleep, report)
+    report.republished = _wait_until_drained(database, slot, report.replay_id, seconds_left, sleep, report)
 
 
 def _milliseconds_for(seconds_left: Callable[[], float]) -> int:
@@ -311,19 +313,30 @@ def _unlock(database: Database, slot: str) -> None:
 def _wait_until_drained(
     database: Database,
     slot: str,
+    replay_id: int | None,
     seconds_left: Callable[[], float],
     sleep: Callable[[float], None],
     report: SlotRecoveryReport,
 ) -> bool:
+    """Wait for the recovery that handed its gap over as set `replay_id` to be over: cleared by this run
+    once the set is drained, or by the maintenance function (it clears a drained recovery too). A record
+    naming another set, or none, is another run's recovery: a second recover-slot run records the recovery
+    again (begin_recovery) and hands the gap over anew, and this run has no say on that set."""
     while True:
         with database.transaction() as cursor:
-            # Cleared now, or already by the maintenance function (it clears a drained recovery too).
-            if (
-                finish_recovery_if_drained(cursor, slot)
-                or not read_slot_state(cursor, slot).recovery_handed_over
+            current = read_slot_state(cursor, slot)
+            if current.recovery_since is None or (
+                current.recovery_replay_id == replay_id and finish_recovery_if_drained(cursor, slot)
             ):
                 report.done.append("the relay drained the gap's set: every row of it is on the bus or parked")
                 return True
+        if current.recovery_replay_id != replay_id:
+            report.messages.append(
+                "another recover-slot run recorded the recovery again meanwhile (the record no longer names "
+                f"replay set {replay_id}): its report says how it ends; run the command again to see it "
+                "finished"
+            )
+            return False
         if seconds_left() <= RESERVE_SECONDS:
             report.messages.append(
                 "the relay had not published the whole gap when this invocation ended: it goes on by itself "

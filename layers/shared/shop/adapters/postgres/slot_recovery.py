@@ -64,6 +64,7 @@ class SlotState:
     delivered_before: datetime | None  # every row committed before it was delivered (outbox_slot)
     recovery_since: datetime | None  # a recovery under way republishes rows from here
     recovery_handed_over: bool  # its gap is an activated replay set: the relay drains it
+    recovery_replay_id: int | None = None  # that set: a run waits for it, not for another run's
 
     @property
     def lost(self) -> bool:
@@ -90,7 +91,7 @@ class SlotState:
 _STATE = """
 SELECT (SELECT mode FROM outbox_relay),
        (SELECT to_jsonb(s) FROM pg_replication_slots AS s WHERE s.slot_name = %(slot)s),
-       b.delivered_before, b.recovery_since, b.recovery_handed_over_at IS NOT NULL
+       b.delivered_before, b.recovery_since, b.recovery_handed_over_at IS NOT NULL, b.recovery_replay_id
 FROM (SELECT 1) AS one LEFT JOIN outbox_slot AS b ON b.slot_name = %(slot)s
 """
 
@@ -99,7 +100,7 @@ def read_slot_state(cursor: psycopg.Cursor[Any], slot: str) -> SlotState:
     cursor.execute(_STATE, {"slot": slot})
     found = cursor.fetchone()
     assert found is not None  # one row, whatever the tables hold
-    mode, row, delivered_before, recovery_since, handed_over = found
+    mode, row, delivered_before, recovery_since, handed_over, replay_id = found
     return SlotState(
         slot=slot,
         relay_mode=str(mode or "polling"),
@@ -109,6 +110,7 @@ def read_slot_state(cursor: psycopg.Cursor[Any], slot: str) -> SlotState:
         delivered_before=delivered_before,
         recovery_since=recovery_since,
         recovery_handed_over=bool(handed_over),
+        recovery_replay_id=replay_id,
     )
 
 
