@@ -465,6 +465,82 @@ def test_a_run_whose_recovery_another_run_recorded_again_does_not_report_the_gap
     assert sorted(o for o, _, _ in recording_bus.accepted) == sorted(orders)
 
 
+def test_a_gap_row_the_relay_parks_while_the_run_waits_is_named_and_the_recovery_is_not_complete(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    orders = place_orders(database, 2)
+    drop_slot(order_database)
+    poison = outbox_ids(order_database)[(orders[0], 1)]
+    recording_bus.reject.add(poison)  # EventBridge refuses it for what it is: the relay parks it
+    other = Database(order_database)
+
+    def relay_rounds_meanwhile(_: float) -> None:
+        drain_slot(other, SLOT, ListSink())
+
+    try:
+        run = recover_slot(
+            database, SETTINGS, {"execute": True}, countdown(5.0), sleep=relay_rounds_meanwhile
+        )
+    finally:
+        other.close()
+
+    assert (run.republished, run.complete) == (True, False)
+    assert run.parked_on_the_way == [poison]
+    assert run.to_dict()["parkedOnTheWay"] == [poison]
+    assert any("parked by the relay on the way" in message for message in run.messages)
+    assert [o for o, _, _ in recording_bus.accepted] == [orders[1]]
+
+
+def test_a_gap_row_parked_after_the_run_ended_is_named_by_the_next_run_whatever_maintenance_did_meanwhile(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """The relay drains a large gap after the run that handed it over ended; the maintenance function,
+    each minute, clears a drained recovery with nothing to report, but leaves this one for the next run,
+    which names the parked row once (the run after finds the slot healthy)."""
+    orders = place_orders(database, 3)
+    drop_slot(order_database)
+    poison = outbox_ids(order_database)[(orders[1], 1)]
+    recording_bus.reject.add(poison)
+    handed = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    drain(database)
+
+    maintain_order_store(database, SETTINGS, lambda: 60.0)
+    assert state(database).recovery_since is not None  # still recorded
+    assert state(database).describe().startswith("recovered, the gap drained")
+    again = recover_slot(database, SETTINGS, {"execute": True}, countdown(5.0))
+    after = recover_slot(database, SETTINGS, {"execute": True}, countdown(5.0))
+
+    assert (handed.republished, handed.parked_on_the_way) == (False, [])
+    assert (again.republished, again.parked_on_the_way, again.complete) == (True, [poison], False)
+    assert again.replay_id == handed.replay_id
+    assert (after.messages, after.complete) == (["the slot is healthy: nothing to recover"], True)
+    assert sorted(o for o, _, _ in recording_bus.accepted) == sorted([orders[0], orders[2]])
+
+
+def test_a_drained_recovery_left_for_its_report_does_not_hold_back_the_next_loss(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """A recovery the maintenance function left recorded (a gap row parked on the way, not reported yet)
+    is over: a later loss's gap starts at the bound the database recorded since, not at its start."""
+    place_orders(database, 1)
+    drop_slot(order_database)
+    recording_bus.reject.update(outbox_ids(order_database).values())
+    first = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    drain(database)
+    maintain_order_store(database, SETTINGS, lambda: 60.0)  # records the bound; leaves the recovery
+    assert state(database).recovery_since is not None
+    drop_slot(order_database)  # lost again
+
+    plan = recover_slot(database, SETTINGS, {}, NO_TIME_LEFT)
+    run = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+
+    assert first.since is not None
+    assert plan.since_source is not None
+    assert "less 1:00:00" in plan.since_source
+    assert run.since == plan.since != first.since
+    assert state(database).recovery_drained is False
+
+
 def test_recover_slot_replaces_an_invalidated_slot(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
@@ -563,9 +639,12 @@ def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_th
     assert run.computed_since is not None
     assert any("replay --from" in m and "--include-expired" in m for m in run.messages)
     assert [o for o, _, _ in recording_bus.accepted] == [recent]
+    # The maintenance function leaves the recovery for a run to report; the next run reports what its
+    # hand-over left out, as the first did: drained, not complete.
+    maintain_order_store(database, SETTINGS, lambda: 60.0)
     finished = recover_slot(database, SETTINGS, {"execute": True}, countdown(10.0))
-    assert finished.republished
-    assert finished.complete
+    assert (finished.republished, finished.expired, finished.complete) == (True, 1, False)
+    assert any("replay --from" in m and "--include-expired" in m for m in finished.messages)
 
     included = recover_slot(database, SETTINGS, {"since": since, "includeExpired": True}, NO_TIME_LEFT)
     assert included.messages == ["the slot is healthy: nothing to recover"]

@@ -86,9 +86,10 @@ def maintain_order_store(
             readable = report.slot.exists and state.problem is None  # an invalidated slot refuses a peek
             age = oldest_undelivered_seconds(cursor, slot, SLOT_WAIT_SECONDS) if readable else None
             if age is not None and state.relay_mode == "logical":
-                # Where a lost slot's gap would start; and a recovery the relay has caught up with is over.
+                # Where a lost slot's gap would start; and a recovery the relay has caught up with is over,
+                # unless it left gap rows out or had some parked on the way: recover-slot reports those.
                 record_delivered_before(cursor, slot, age)
-                finish_recovery_if_drained(cursor, slot)
+                finish_recovery_if_drained(cursor, slot, only_if_complete=True)
             report.health = logical_outbox_health(cursor, age)
         else:
             report.health = outbox_health(cursor)

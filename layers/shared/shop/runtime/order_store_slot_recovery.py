@@ -26,7 +26,11 @@ anywhere may be repeated (it goes on from the recorded recovery):
 4. hand the gap to the relay as an activated replay set (slot_recovery.hand_over_gap), advance the new
    slot past what it decoded before (all of it is in the set), let the relay go;
 5. wait, up to the invocation's end, until the relay has drained the set (every gap row on the bus or
-   parked); the recovery record is then cleared (or by the maintenance function, once it is drained).
+   parked); the recovery record is then cleared, and the report names the gap rows the relay parked on
+   the way (parkedOnTheWay). The maintenance function clears a drained recovery too, but only one with
+   nothing to report (no gap row left out or parked on the way): another stays for the next run.
+A run that finds the gap handed over already reports on that recovery the same way: what its hand-over
+left out (recorded with it), then what was parked on the way once the set is drained.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from shop.adapters.postgres.replication import (
     unlock_slot_for_session,
 )
 from shop.adapters.postgres.slot_recovery import (
+    HandedOver,
     SlotState,
     begin_recovery,
     count_gap,
@@ -55,6 +60,7 @@ from shop.adapters.postgres.slot_recovery import (
     drop_slot,
     finish_recovery_if_drained,
     hand_over_gap,
+    parked_on_the_way,
     read_slot_state,
     start_gap_set,
 )
@@ -87,17 +93,25 @@ class SlotRecoveryReport:
     expired: int = 0  # left out: created before the republish window's horizon
     expired_ids: list[str] = field(default_factory=list)  # the first MAX_IDS_LISTED
     parked_in_gap: int = 0  # left to redrive-poison
+    parked_on_the_way: list[str] = field(default_factory=list)  # gap rows the relay parked (the first 100)
     replay_id: int | None = None  # the replay set the gap was handed to
     sets_activated: list[int] = field(default_factory=list)  # sets whose messages were never read
     done: list[str] = field(default_factory=list)  # each step, once committed
-    republished: bool = False  # the relay drained the gap's set: every gap row on the bus or parked
+    republished: bool = False  # the relay drained the gap's set: every gap row on the bus, or parked
     failed: str | None = None  # the step that failed, and why
     messages: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        """Nothing to recover, or recovered and the whole gap republished, nothing left out."""
-        return not self.dry_run and self.failed is None and self.republished and not self.expired
+        """Nothing to recover, or recovered and the whole gap on the bus: nothing left out, nothing of it
+        parked on the way."""
+        return (
+            not self.dry_run
+            and self.failed is None
+            and self.republished
+            and not self.expired
+            and not self.parked_on_the_way
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**camel_fields(self), "complete": self.complete}
@@ -121,7 +135,7 @@ def _request(request: Any, now: datetime) -> tuple[bool, datetime | None, bool]:
 
 def gap_start(state: SlotState, ttl_days: int, now: datetime) -> tuple[datetime, str]:
     """Where the gap starts when the operator says nothing, and why there."""
-    if state.recovery_since is not None:
+    if state.recovery_since is not None and not state.recovery_drained:  # a drained one is over
         return state.recovery_since, "the recovery under way"
     if state.delivered_before is not None:
         return state.delivered_before - COMMIT_MARGIN, (
@@ -162,11 +176,21 @@ def recover_slot(
         )
         return report
     if not state.needs_recovery:
-        if state.recovery_handed_over:
-            report.messages.append("recovered already: the relay is publishing the gap")
+        if state.handed_over is not None:
+            recovery = state.handed_over
+            report.since, report.since_source = format_time(recovery.since), "the recovery under way"
+            report.messages.append("recovered already: the gap was handed to the relay")
+            report.replay_id, report.expired = recovery.replay_id, recovery.expired
+            if recovery.expired:
+                report.messages.append(
+                    f"{recovery.expired} rows of the gap were created before the republish window and left "
+                    "out by the hand-over (its report listed them); to republish them anyway: python -m "
+                    f"operations replay --from {report.since} --to "
+                    f"{format_time(recovery.at - timedelta(days=settings.outbox_ttl_days))} --include-expired"
+                )
             if execute:
                 report.republished = _wait_until_drained(
-                    database, slot, state.recovery_replay_id, seconds_left, sleep, report
+                    database, slot, recovery, seconds_left, sleep, report
                 )
         else:
             report.messages.append("the slot is healthy: nothing to recover")
@@ -295,7 +319,7 @@ def _execute(
             f"republish them anyway: python -m operations replay --from {report.since} --to "
             f"{format_time(horizon)} --include-expired"
         )
-    report.republished = _wait_until_drained(database, slot, report.replay_id, seconds_left, sleep, report)
+    report.republished = _wait_until_drained(database, slot, handover.recovery, seconds_left, sleep, report)
 
 
 def _milliseconds_for(seconds_left: Callable[[], float]) -> int:
@@ -313,28 +337,30 @@ def _unlock(database: Database, slot: str) -> None:
 def _wait_until_drained(
     database: Database,
     slot: str,
-    replay_id: int | None,
+    recovery: HandedOver,
     seconds_left: Callable[[], float],
     sleep: Callable[[float], None],
     report: SlotRecoveryReport,
 ) -> bool:
-    """Wait for the recovery that handed its gap over as set `replay_id` to be over: cleared by this run
-    once the set is drained, or by the maintenance function (it clears a drained recovery too). A record
-    naming another set, or none, is another run's recovery: a second recover-slot run records the recovery
-    again (begin_recovery) and hands the gap over anew, and this run has no say on that set."""
+    """Wait for the recovery that handed its gap over as set `recovery.replay_id` to be over: cleared by
+    this run once the set is drained, or by the maintenance function (it clears a drained recovery that
+    left nothing out, and had nothing parked on the way); then name the gap's rows the relay parked on the
+    way. A record naming another set, or none, is another run's recovery: a second recover-slot run
+    records the recovery again (begin_recovery) and hands the gap over anew, and this run has no say on
+    that set."""
     while True:
         with database.transaction() as cursor:
             current = read_slot_state(cursor, slot)
             if current.recovery_since is None or (
-                current.recovery_replay_id == replay_id and finish_recovery_if_drained(cursor, slot)
+                current.recovery_replay_id == recovery.replay_id and finish_recovery_if_drained(cursor, slot)
             ):
-                report.done.append("the relay drained the gap's set: every row of it is on the bus or parked")
-                return True
-        if current.recovery_replay_id != replay_id:
+                parked = parked_on_the_way(cursor, recovery)
+                break
+        if current.recovery_replay_id != recovery.replay_id:
             report.messages.append(
                 "another recover-slot run recorded the recovery again meanwhile (the record no longer names "
-                f"replay set {replay_id}): its report says how it ends; run the command again to see it "
-                "finished"
+                f"replay set {recovery.replay_id}): its report says how it ends; run the command again to "
+                "see it finished"
             )
             return False
         if seconds_left() <= RESERVE_SECONDS:
@@ -344,3 +370,11 @@ def _wait_until_drained(
             )
             return False
         sleep(POLL_SECONDS)
+    report.done.append("the relay drained the gap's set: every row of it is on the bus or parked")
+    report.parked_on_the_way = parked[:MAX_IDS_LISTED]
+    if parked:
+        report.messages.append(
+            f"{len(parked)} rows of the gap were parked by the relay on the way, not published "
+            "(parkedOnTheWay lists the first): fix them, then redrive-poison"
+        )
+    return True

@@ -51,7 +51,8 @@ DELETE FROM request_keys WHERE (caller, idempotency_key) IN (
 # the bus or parked: none left in outbox_replay_rows, whose ON DELETE CASCADE would otherwise take pending
 # rows with it) longer ago than the outbox rows' republish window, and only when nothing can still need it:
 # - outbox_slot.recovery_replay_id names it: a recovery is over once its set is finished, but the record
-#   stays until maintenance clears it (slot_recovery.finish_recovery_if_drained, after these deletes);
+#   stays until it is cleared (slot_recovery.finish_recovery_if_drained: by maintenance, after these
+#   deletes, or by the recover-slot run that reports what the recovery left out);
 # - its source_lsn (a spill: the end of the transaction the logical relay recorded as a set, UNIQUE) is
 #   what keeps that transaction, read again, from being recorded twice (replays.record_set, ON CONFLICT
 #   (source_lsn) DO NOTHING): the relay commits the set, then moves its slot past source_lsn in another

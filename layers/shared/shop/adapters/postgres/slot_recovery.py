@@ -55,6 +55,17 @@ def slot_problem(row: Mapping[str, Any] | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class HandedOver:
+    """A recovery whose gap was handed over to the relay (outbox_slot's recovery columns)."""
+
+    replay_id: int  # the activated replay set holding the gap
+    since: datetime  # the gap's start
+    started_at: datetime  # the recovery was recorded: the relay parked none of the gap since
+    at: datetime  # the hand-over: the set names the gap's rows created until then
+    expired: int  # gap rows left out: created before the republish window's horizon
+
+
+@dataclass(frozen=True, slots=True)
 class SlotState:
     slot: str
     relay_mode: str  # outbox_relay.mode: the relay the rows' publishing state was handed over to
@@ -65,6 +76,8 @@ class SlotState:
     recovery_since: datetime | None  # a recovery under way republishes rows from here
     recovery_handed_over: bool  # its gap is an activated replay set: the relay drains it
     recovery_replay_id: int | None = None  # that set: a run waits for it, not for another run's
+    handed_over: HandedOver | None = None  # the recovery, once handed over: what a run reports on
+    recovery_drained: bool = False  # handed over, and the relay has drained its set
 
     @property
     def lost(self) -> bool:
@@ -83,24 +96,40 @@ class SlotState:
             return self.problem
         if self.recovery_since is not None and not self.recovery_handed_over:
             return "recreated, its recovery unfinished (the gap not handed over yet)"
+        if self.recovery_drained:
+            return "recovered, the gap drained (recover-slot reports what was left out or parked)"
         if self.recovery_handed_over:
             return "recovered, the relay still publishing the gap"
         return "healthy"
 
 
-_STATE = """
+# The recovery recorded in outbox_slot row b was handed over and is drained: its set is finished, or gone
+# (handed back to the polling publisher by a switch).
+_DRAINED = """(b.recovery_handed_over_at IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM outbox_replay AS s WHERE s.replay_id = b.recovery_replay_id AND s.finished_at IS NULL))"""
+
+
+def _with_drained(template: str) -> str:
+    return template.format(drained=_DRAINED)
+
+
+_STATE = _with_drained("""
 SELECT (SELECT mode FROM outbox_relay),
        (SELECT to_jsonb(s) FROM pg_replication_slots AS s WHERE s.slot_name = %(slot)s),
-       b.delivered_before, b.recovery_since, b.recovery_handed_over_at IS NOT NULL, b.recovery_replay_id
+       b.delivered_before, b.recovery_since, b.recovery_started_at, b.recovery_handed_over_at,
+       b.recovery_replay_id, b.recovery_expired, coalesce({drained}, false)
 FROM (SELECT 1) AS one LEFT JOIN outbox_slot AS b ON b.slot_name = %(slot)s
-"""
+""")
 
 
 def read_slot_state(cursor: psycopg.Cursor[Any], slot: str) -> SlotState:
     cursor.execute(_STATE, {"slot": slot})
     found = cursor.fetchone()
     assert found is not None  # one row, whatever the tables hold
-    mode, row, delivered_before, recovery_since, handed_over, replay_id = found
+    mode, row, delivered_before, since, started_at, handed_over_at, replay_id, expired, drained = found
+    handed_over = None
+    if handed_over_at is not None and replay_id is not None:
+        handed_over = HandedOver(int(replay_id), since, started_at, handed_over_at, int(expired or 0))
     return SlotState(
         slot=slot,
         relay_mode=str(mode or "polling"),
@@ -108,9 +137,11 @@ def read_slot_state(cursor: psycopg.Cursor[Any], slot: str) -> SlotState:
         problem=slot_problem(row),
         confirmed_flush_lsn=(row or {}).get("confirmed_flush_lsn"),
         delivered_before=delivered_before,
-        recovery_since=recovery_since,
-        recovery_handed_over=bool(handed_over),
+        recovery_since=since,
+        recovery_handed_over=handed_over_at is not None,
         recovery_replay_id=replay_id,
+        handed_over=handed_over,
+        recovery_drained=bool(drained),
     )
 
 
@@ -160,41 +191,72 @@ def record_delivered_before(
     )
 
 
-def finish_recovery_if_drained(cursor: psycopg.Cursor[Any], slot: str) -> bool:
-    """Clear a recovery whose gap the relay has drained (every row of its replay set on the bus or parked;
-    or the set handed back to the polling publisher by a switch); True when one was."""
+# The gap's rows the relay parked while the recovery drained them: created in the gap (since its start,
+# until the hand-over: the set names no later row) and parked since the recovery was recorded (a row parked
+# before is in parkedInGap, left out of the set). Read through the parked rows' index.
+_PARKED_ON_THE_WAY = """
+SELECT o.event_id FROM outbox AS o
+WHERE o.parked_at IS NOT NULL AND o.parked_at >= %(started_at)s
+  AND o.created_at >= %(since)s AND o.created_at <= %(handed_over_at)s
+ORDER BY o.position
+"""
+
+
+def parked_on_the_way(cursor: psycopg.Cursor[Any], recovery: HandedOver) -> list[str]:
+    """The gap's rows the relay parked instead of publishing while it drained the recovery's set."""
     cursor.execute(
-        """
-        UPDATE outbox_slot AS b
-        SET recovery_since = NULL, recovery_started_at = NULL, recovery_handed_over_at = NULL,
-            recovery_replay_id = NULL
-        WHERE b.slot_name = %s AND b.recovery_handed_over_at IS NOT NULL
-          AND NOT EXISTS (
-              SELECT 1 FROM outbox_replay AS s
-              WHERE s.replay_id = b.recovery_replay_id AND s.finished_at IS NULL)
-        """,
-        (slot,),
+        _PARKED_ON_THE_WAY,
+        {"started_at": recovery.started_at, "since": recovery.since, "handed_over_at": recovery.at},
     )
+    return [event_id for (event_id,) in cursor.fetchall()]
+
+
+_FINISH = _with_drained("""
+UPDATE outbox_slot AS b
+SET recovery_since = NULL, recovery_started_at = NULL, recovery_handed_over_at = NULL,
+    recovery_replay_id = NULL, recovery_expired = NULL
+WHERE b.slot_name = %(slot)s AND {drained}
+  AND (NOT %(only_if_complete)s OR (
+      coalesce(b.recovery_expired, 0) = 0
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox AS o
+          WHERE o.parked_at IS NOT NULL AND o.parked_at >= b.recovery_started_at
+            AND o.created_at >= b.recovery_since AND o.created_at <= b.recovery_handed_over_at)))
+""")
+
+
+def finish_recovery_if_drained(
+    cursor: psycopg.Cursor[Any], slot: str, *, only_if_complete: bool = False
+) -> bool:
+    """Clear a recovery whose gap the relay has drained (every row of its replay set on the bus or parked;
+    or the set handed back to the polling publisher by a switch); True when one was. `only_if_complete`
+    (the maintenance function): only one that left no gap row out and had none parked on the way; another
+    stays recorded until a recover-slot run has reported it (a run that starts after the record is
+    cleared finds the slot healthy, with nothing to say about the recovery)."""
+    cursor.execute(_FINISH, {"slot": slot, "only_if_complete": only_if_complete})
     return cursor.rowcount > 0
 
 
 # --- recovery ------------------------------------------------------------------------------------------
+_BEGIN = _with_drained("""
+INSERT INTO outbox_slot AS b (slot_name, recovery_since, recovery_started_at)
+VALUES (%s, %s, clock_timestamp())
+ON CONFLICT (slot_name) DO UPDATE
+SET recovery_since = CASE WHEN {drained} THEN excluded.recovery_since
+                          ELSE least(b.recovery_since, excluded.recovery_since) END,
+    recovery_started_at = CASE WHEN {drained} THEN excluded.recovery_started_at
+                               ELSE coalesce(b.recovery_started_at, excluded.recovery_started_at) END,
+    recovery_handed_over_at = NULL, recovery_replay_id = NULL, recovery_expired = NULL
+RETURNING recovery_since
+""")
+
+
 def begin_recovery(cursor: psycopg.Cursor[Any], slot: str, since: datetime) -> datetime:
     """Record that a recovery republishing rows from `since` is under way, before the slot is touched: a
     run that stops anywhere after this leaves the record, and the next run goes on from it. A recovery
-    already recorded keeps the earlier of the two starts. Returns the start in force."""
-    cursor.execute(
-        """
-        INSERT INTO outbox_slot (slot_name, recovery_since, recovery_started_at)
-        VALUES (%s, %s, clock_timestamp())
-        ON CONFLICT (slot_name) DO UPDATE
-        SET recovery_since = least(outbox_slot.recovery_since, excluded.recovery_since),
-            recovery_started_at = coalesce(outbox_slot.recovery_started_at, excluded.recovery_started_at),
-            recovery_handed_over_at = NULL, recovery_replay_id = NULL
-        RETURNING recovery_since
-        """,
-        (slot, since),
-    )
+    already recorded keeps the earlier of the two starts, unless it is over (drained: one the maintenance
+    function left for a recover-slot run to report), which this one replaces. Returns the start in force."""
+    cursor.execute(_BEGIN, (slot, since))
     found = cursor.fetchone()
     assert found is not None
     return found[0]  # type: ignore[no-any-return]
@@ -252,6 +314,7 @@ class GapHandover:
     expired_ids: list[str]  # the first `listed` of them
     decoded_before: int  # rows the new slot had decoded before the outbox was locked (in the set too)
     sets_activated: list[int]  # sets whose messages were not read (the lost WAL, or the skipped part)
+    recovery: HandedOver  # as recorded
 
 
 # The gap's rows into the set, server-side (a gap after a long outage may be millions of rows): those
@@ -343,8 +406,14 @@ def hand_over_gap(
     replays.activate(cursor, unread)
     replays.finish_drained(cursor)  # the gap's set, when it names no row
     cursor.execute(
-        "UPDATE outbox_slot SET recovery_handed_over_at = clock_timestamp(), recovery_replay_id = %s"
-        " WHERE slot_name = %s",
-        (gap_set.replay_id, slot),
+        "UPDATE outbox_slot"
+        " SET recovery_handed_over_at = clock_timestamp(), recovery_replay_id = %s, recovery_expired = %s"
+        " WHERE slot_name = %s RETURNING recovery_since, recovery_started_at, recovery_handed_over_at",
+        (gap_set.replay_id, expired, slot),
     )
-    return GapHandover(advance_to, gap_set.replay_id, replayed, expired, expired_ids, len(decoded), unread)
+    found = cursor.fetchone()
+    assert found is not None  # begin_recovery recorded it
+    recovery = HandedOver(gap_set.replay_id, found[0], found[1], found[2], expired)
+    return GapHandover(
+        advance_to, gap_set.replay_id, replayed, expired, expired_ids, len(decoded), unread, recovery
+    )
