@@ -272,6 +272,81 @@ def test_maintenance_records_how_far_the_slot_has_delivered_and_never_moves_it_b
     assert state(database).delivered_before == waiting
 
 
+def created_days_ago(settings: ConnectionSettings, order_id: str, days: int) -> None:
+    with connect(settings) as connection:
+        connection.execute(
+            "UPDATE outbox SET created_at = now() - make_interval(days => %s) WHERE aggregate_id = %s",
+            (days, order_id),
+        )
+
+
+def orders_in_outbox(settings: ConnectionSettings) -> set[str]:
+    with connect(settings) as connection:
+        return {order for (order,) in connection.execute("SELECT aggregate_id FROM outbox").fetchall()}
+
+
+def test_while_the_slot_is_lost_retention_keeps_the_rows_its_recovery_may_republish(
+    order_database: ConnectionSettings,
+    database: Database,
+    recording_bus: RecordingBus,
+    slot: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The relay was down for days, its slot then lost: the table is the only copy of what it had not
+    delivered. Retention (rows written longer ago than OutboxTtlDays = 16) keeps every row created since
+    the recorded bound less the commit margin until the gap is handed over; older rows were delivered."""
+    delivered, undelivered, recent = place_orders(database, 3)
+    created_days_ago(order_database, delivered, 20)
+    created_days_ago(order_database, undelivered, 17)
+    with database.transaction() as cursor:  # every row committed before 18 days ago was delivered
+        record_delivered_before(cursor, SLOT, 18 * 86400.0)
+    drop_slot(order_database)
+
+    lost = maintain_order_store(database, SETTINGS, lambda: 60.0)
+
+    assert (lost.slot_lost, lost.outbox_rows_deleted) == (True, 1)
+    assert orders_in_outbox(order_database) == {undelivered, recent}
+
+    def database_gone(*args: Any, **kwargs: Any) -> Any:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as patch:  # the slot recreated, the gap not handed over yet
+        patch.setattr(order_store_slot_recovery, "hand_over_gap", database_gone)
+        assert recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT).failed is not None
+    assert state(database).problem is None
+    assert maintain_order_store(database, SETTINGS, lambda: 60.0).outbox_rows_deleted == 0
+
+    plan = recover_slot(database, SETTINGS, {}, NO_TIME_LEFT)
+    run = recover_slot(database, SETTINGS, {"execute": True, "includeExpired": True}, NO_TIME_LEFT)
+    drain(database)
+
+    assert (plan.gap_rows, plan.expired) == (1, 1)  # left out unless includeExpired: not complete
+    assert run.gap_rows == 2
+    assert sorted(o for o, _, _ in recording_bus.accepted) == sorted([undelivered, recent])
+    handed_over = maintain_order_store(database, SETTINGS, lambda: 60.0)  # in the set, then on the bus
+    assert (handed_over.slot_lost, handed_over.outbox_rows_deleted) == (False, 1)
+    assert orders_in_outbox(order_database) == {recent}
+
+
+def test_while_a_slot_lost_before_any_bound_was_recorded_retention_deletes_no_outbox_row(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """No delivered bound: any row may be undelivered, and the operator may start the gap anywhere
+    (--since). Once the gap is handed over, retention goes on."""
+    old, recent = place_orders(database, 2)
+    created_days_ago(order_database, old, 30)
+    drop_slot(order_database)
+
+    assert maintain_order_store(database, SETTINGS, lambda: 60.0).outbox_rows_deleted == 0
+    assert orders_in_outbox(order_database) == {old, recent}
+
+    since = (datetime.now(UTC) - timedelta(days=31)).isoformat()
+    recover_slot(database, SETTINGS, {"execute": True, "since": since, "includeExpired": True}, NO_TIME_LEFT)
+    drain(database)
+    assert sorted(o for o, _, _ in recording_bus.accepted) == sorted([old, recent])
+    assert maintain_order_store(database, SETTINGS, lambda: 60.0).outbox_rows_deleted == 1
+
+
 def test_the_gap_starts_at_the_recovery_under_way_else_the_recorded_bound_less_an_hour_else_the_window():
     now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
     bound = now - timedelta(minutes=3)

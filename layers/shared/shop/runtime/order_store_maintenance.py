@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -32,6 +33,7 @@ from shop.adapters.postgres.slot_recovery import (
 )
 from shop.runtime.config import DAY_SECONDS, Settings
 from shop.runtime.observability import metrics
+from shop.runtime.order_store_slot_recovery import COMMIT_MARGIN
 
 BATCH_ROWS = 1_000
 RESERVE_SECONDS = 5.0
@@ -58,9 +60,12 @@ def maintain_order_store(
 ) -> MaintenanceReport:
     report = MaintenanceReport()
     logical = settings.postgres_relay == "logical"
+    slot = slot_name(settings.database_name)
+    # By the rule of the relay that owns the outbox now (outbox_relay.mode, not PostgresRelay); a lost
+    # slot's gap stays for its recovery, which starts it the recovery's commit margin before the bound.
+    delete_outbox_rows = partial(delete_published_outbox_rows, slot=slot, commit_margin=COMMIT_MARGIN)
     steps: list[tuple[str, Callable[..., int], tuple[int, ...]]] = [
-        # by the rule of the relay that owns the outbox now (outbox_relay.mode, not PostgresRelay)
-        ("outbox_rows_deleted", delete_published_outbox_rows, (settings.outbox_ttl_days * DAY_SECONDS,)),
+        ("outbox_rows_deleted", delete_outbox_rows, (settings.outbox_ttl_days * DAY_SECONDS,)),
         ("inbox_rows_deleted", delete_inbox_rows, (settings.idempotency_expires_after_seconds,)),
         ("request_keys_deleted", delete_expired_request_keys, ()),
         # Finished replay sets, the outbox rows' window after they finished; a recovery's set stays while its
@@ -75,7 +80,6 @@ def maintain_order_store(
             if deleted < batch_rows:
                 break
     with database.transaction() as cursor:
-        slot = slot_name(settings.database_name)
         state = read_slot_state(cursor, slot)
         if logical or state.relay_mode == "logical":
             # Lost (missing or invalidated while the relay mode is logical), or its recovery unfinished.

@@ -5,7 +5,8 @@ writers or the publisher wait on for long):
 - outbox rows published longer ago than the republish window (OutboxTtlDays: as long as the DynamoDB
   outbox items live, so replay works the same on both stores); with the logical relay, rows written (or
   redriven) longer ago than that (it marks nothing: its slot holds what it has not sent, in the WAL,
-  whether the row is still in the table or not);
+  whether the row is still in the table or not), except, while the slot is lost or its recovery has not
+  handed the gap over, the rows the recovery may republish (slot_recovery.rows_a_recovery_needs_since);
 - parked rows only once an operator discarded them, the window after (shop.adapters.postgres.parked): a
   parked row not redriven or discarded is evidence, and may be the only copy of its event (a record too
   large for a poison queue message);
@@ -21,21 +22,25 @@ names (its replay set: shop.adapters.postgres.replays).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 
 from shop.adapters.postgres.outbox import relay_mode
+from shop.adapters.postgres.slot_recovery import read_slot_state, rows_a_recovery_needs_since
 
 # A row a replay set still names (a replay, or a handover to the logical relay, not drained yet:
 # shop.adapters.postgres.replays) stays, however old: it is still to be published. (Its foreign key would
-# refuse the delete anyway, failing the whole batch.)
+# refuse the delete anyway, failing the whole batch.) So does a row created since `kept_since`, when
+# given: a lost slot's recovery may need it.
 _DELETE_OUTBOX = """
 DELETE FROM outbox WHERE position IN (
     SELECT position FROM outbox
-    WHERE {done} < clock_timestamp() - make_interval(secs => %s)
+    WHERE {done} < clock_timestamp() - make_interval(secs => %(older_than_seconds)s)
       AND NOT EXISTS (SELECT 1 FROM outbox_replay_rows AS named WHERE named.position = outbox.position)
-    LIMIT %s)
+      AND (%(kept_since)s::timestamptz IS NULL OR created_at < %(kept_since)s)
+    LIMIT %(limit)s)
 """
 _DELETE_INBOX = """
 DELETE FROM inbox WHERE (consumer, event_id) IN (
@@ -100,7 +105,14 @@ class OutboxHealth:
     rows: int  # the planner's estimate (pg_class.reltuples), refreshed by autovacuum
 
 
-def delete_published_outbox_rows(cursor: psycopg.Cursor[Any], older_than_seconds: int, limit: int) -> int:
+def delete_published_outbox_rows(
+    cursor: psycopg.Cursor[Any],
+    older_than_seconds: int,
+    limit: int,
+    *,
+    slot: str,
+    commit_margin: timedelta,
+) -> int:
     # What "done" means depends on the relay that owns the outbox (the logical relay marks no row
     # published), read from the database, not from this function's configuration, which a deploy that
     # switched the relay may not have reached yet: under a logical rule a polling outbox's pending rows
@@ -108,6 +120,7 @@ def delete_published_outbox_rows(cursor: psycopg.Cursor[Any], older_than_seconds
     # this transaction ends.
     cursor.execute("LOCK TABLE outbox IN ROW EXCLUSIVE MODE")
     logical_relay = relay_mode(cursor) == "logical"
+    kept_since = None
     # A parked row is evidence, and may be the only copy of its event: kept until an operator redrives it
     # (then it is published again, and leaves like any other) or discards it (it leaves the window after).
     if logical_relay:
@@ -115,9 +128,15 @@ def delete_published_outbox_rows(cursor: psycopg.Cursor[Any], older_than_seconds
             "CASE WHEN parked_at IS NOT NULL AND discarded_at IS NULL THEN NULL"
             " ELSE greatest(created_at, redriven_at, discarded_at) END"
         )
+        # The slot, not the table, holds what it has not delivered; once it is lost, the table is the only
+        # copy of the gap, which its recovery republishes from the table.
+        kept_since = rows_a_recovery_needs_since(read_slot_state(cursor, slot), commit_margin)
     else:
         done = "coalesce(published_at, discarded_at)"
-    cursor.execute(_DELETE_OUTBOX.format(done=done), (older_than_seconds, limit))
+    cursor.execute(
+        _DELETE_OUTBOX.format(done=done),
+        {"older_than_seconds": older_than_seconds, "limit": limit, "kept_since": kept_since},
+    )
     return cursor.rowcount
 
 

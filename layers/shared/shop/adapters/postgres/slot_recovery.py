@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -143,6 +143,24 @@ def read_slot_state(cursor: psycopg.Cursor[Any], slot: str) -> SlotState:
         handed_over=handed_over,
         recovery_drained=bool(drained),
     )
+
+
+EVERY_ROW = datetime.min.replace(tzinfo=UTC)
+
+
+def rows_a_recovery_needs_since(state: SlotState, commit_margin: timedelta) -> datetime | None:
+    """While the slot needs recovery (lost, or its recovery recorded and the gap not handed over yet), the
+    outbox table is the only copy of the events the lost slot had not delivered: the earliest created_at
+    of the rows a recovery may republish (where its gap starts: the recovery's start, and the recorded
+    delivered bound less the commit margin, whichever is earlier; EVERY_ROW when neither is known).
+    None when the slot needs no recovery: a gap handed over is in its replay set, whose rows retention
+    keeps anyway."""
+    if not state.needs_recovery:
+        return None
+    starts = [state.delivered_before - commit_margin] if state.delivered_before is not None else []
+    if state.recovery_since is not None and not state.recovery_drained:  # a drained one is over
+        starts.append(state.recovery_since)
+    return min(starts, default=EVERY_ROW)
 
 
 class ReplicationSlotLost(RuntimeError):
