@@ -12,6 +12,7 @@ at a checkpoint: wal_status = lost, invalidation_reason = idle_timeout, the stat
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -852,6 +853,31 @@ def test_the_recover_slot_command_is_a_dry_run_unless_executed_and_exits_0_only_
     lambda_stub({"error": {"code": "INVALID_RECOVER_SLOT_REQUEST", "message": "since is in the future"}})
     assert outbox_admin([*base, "--since", "2099-01-01T00:00:00Z"]) == 1
     assert "since is in the future" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("since", ["2026-11-26T10:00:00", "0001-01-01T00:00:00+01:00"])
+def test_the_recover_slot_command_refuses_a_since_it_cannot_use_naming_the_option(
+    lambda_stub: Callable[..., LambdaStub], since: str
+):
+    stub = lambda_stub({"dryRun": True, "failed": None, "complete": False})
+
+    with pytest.raises(SystemExit, match=re.escape(f"--since '{since}' is not an RFC 3339 time")):
+        outbox_admin(["recover-slot", "--order-store-function", "maintenance", "--since", since])
+
+    assert stub.requests == []
+
+
+def test_a_recovery_request_whose_since_utc_cannot_hold_is_refused_and_changes_nothing(
+    order_database: ConnectionSettings, database: Database, slot: str
+):
+    drop_slot(order_database)
+
+    with pytest.raises(order_store_slot_recovery.SlotRecoveryRequestError, match="out of range in UTC"):
+        recover_slot(
+            database, SETTINGS, {"since": "0001-01-01T00:00:00+01:00", "execute": True}, NO_TIME_LEFT
+        )
+
+    assert state(database).recovery_since is None
 
 
 @pytest.mark.parametrize("database_mode", ["polling", "logical"])

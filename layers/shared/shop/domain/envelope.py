@@ -39,10 +39,15 @@ def format_time(moment: datetime) -> str:
 
 def parse_time(text: str) -> datetime:
     """An RFC 3339 timestamp. RFC 3339 requires the offset: a naive time is refused, never guessed. Its
-    "T" and "Z" may be lower case (RFC 3339, section 5.6)."""
+    "T" and "Z" may be lower case (RFC 3339, section 5.6). One whose UTC time falls outside years 1 to
+    9999 (0001-01-01T00:00:00+01:00) is refused too: every use of it in UTC (format_time) would fail."""
     moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     if moment.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no UTC offset")
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"timestamp {text!r} is out of range in UTC (years 1 to 9999)") from None
     return moment
 
 
