@@ -5,6 +5,8 @@ starts it (tools/local/services/embedded_postgres.py; tests/conftest.py's postgr
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from shop.adapters.postgres.connection import ConnectionSettings, Database
@@ -28,6 +30,18 @@ def connect(settings: ConnectionSettings) -> psycopg.Connection:
     return psycopg.connect(
         host=settings.host, port=settings.port, dbname=settings.dbname, user=settings.user, autocommit=True
     )
+
+
+def wait_until_a_lock_is_awaited(settings: ConnectionSettings) -> None:
+    """Until some statement waits for a lock another transaction holds (10 s at most)."""
+    deadline = time.monotonic() + 10
+    with connect(settings) as connection:
+        while time.monotonic() < deadline:
+            waiting = connection.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+            if waiting and waiting[0]:
+                return
+            time.sleep(0.02)
+    raise AssertionError("no statement waited for a lock")
 
 
 def empty_tables(settings: ConnectionSettings) -> None:

@@ -3,14 +3,20 @@ the health figures the alarms read."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import psycopg
 
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.orders import OrderLine, OrderService, OrderStatus, PlaceOrder
 from shop.runtime.config import Settings
-from shop.runtime.order_store_maintenance import maintain_order_store
-from tests.support.postgres import connect, use_logical_relay, use_polling_relay
+from shop.runtime.order_store_maintenance import MaintenanceReport, maintain_order_store
+from shop.runtime.order_store_replay import replay_order_store
+from tests.support.postgres import connect, use_logical_relay, use_polling_relay, wait_until_a_lock_is_awaited
 from tests.support.publishing import RecordingBus
 
 SETTINGS = Settings.from_env({"OUTBOX_TTL_DAYS": "16"})
@@ -467,3 +473,119 @@ def test_retention_follows_the_relay_that_owns_the_outbox_not_the_functions_conf
     with connect(order_database) as connection:
         left = connection.execute("SELECT DISTINCT aggregate_id FROM outbox").fetchall()
     assert left == [(pending,)]
+
+
+# --- maintenance beside a writer: a row that changed while the delete waited for it stays ---------------
+class CommitHeldBack(Database):
+    """The product's connection whose first transaction that writes waits, its writes done, until `commit`
+    is set (`holding` says it got there): a writer caught between its writes and its commit, its rows
+    locked."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        super().__init__(settings)
+        self.holding, self.commit = threading.Event(), threading.Event()
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Cursor]:
+        with super().transaction() as cursor:
+            yield cursor
+            if not self.holding.is_set():
+                cursor.execute("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
+                wrote = cursor.fetchone()
+                if wrote and wrote[0]:
+                    self.holding.set()
+                    assert self.commit.wait(10)
+
+
+def maintenance_while_committing[T](
+    settings: ConnectionSettings, writer: Callable[[Database], T]
+) -> tuple[T, MaintenanceReport]:
+    """`writer` run until its writing transaction is about to commit; maintenance started beside it and
+    waiting for its locks; then the commit. What each returned."""
+    held, own = CommitHeldBack(settings), Database(settings)
+    results: dict[str, Any] = {}
+
+    def run(name: str, call: Callable[[], Any]) -> None:
+        try:
+            results[name] = call()
+        except BaseException as exc:  # noqa: BLE001 - raised below
+            results[name] = exc
+
+    writing = threading.Thread(target=run, args=("writer", lambda: writer(held)))
+    maintaining = threading.Thread(
+        target=run, args=("maintenance", lambda: maintain_order_store(own, SETTINGS, lambda: 60.0))
+    )
+    writing.start()
+    try:
+        assert held.holding.wait(10), "the writer never reached its commit"
+        maintaining.start()
+        wait_until_a_lock_is_awaited(settings)
+    finally:
+        held.commit.set()
+        writing.join(30)
+        if maintaining.ident is not None:
+            maintaining.join(30)
+        held.close()
+        own.close()
+    for outcome in results.values():
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return results["writer"], results["maintenance"]
+
+
+def test_an_expired_request_key_a_new_request_takes_over_while_maintenance_deletes_it_stays(
+    order_database: ConnectionSettings, database: Database
+):
+    """A request reusing an expired Idempotency-Key rewrites its record (a new request: a new order).
+    Maintenance, deleting expired keys meanwhile, waits for the row's lock; once the request commits the
+    record is no longer expired and stays, so a retry of that request replays it instead of creating a
+    second order (and a second OrderCreated)."""
+
+    def service(on: Database) -> OrderService:
+        return OrderService(PostgresOrderRepository(on, SETTINGS), SETTINGS)
+
+    first = service(database).place_order(COMMAND, idempotency_key="key-1", correlation_id="c")
+    with connect(order_database) as connection:  # its 24 hours are over; maintenance has not run yet
+        connection.execute("UPDATE request_keys SET expires_at = clock_timestamp() - interval '1 minute'")
+
+    second, report = maintenance_while_committing(
+        order_database,
+        lambda held: service(held).place_order(COMMAND, idempotency_key="key-1", correlation_id="c"),
+    )
+
+    assert not second.replayed
+    assert second.order["orderId"] != first.order["orderId"]
+    assert report.request_keys_deleted == 0
+    retry = service(database).place_order(COMMAND, idempotency_key="key-1", correlation_id="c")
+    assert retry.replayed
+    assert retry.order["orderId"] == second.order["orderId"]
+    after = counts(order_database)
+    assert (after["orders"], after["outbox"], after["request_keys"]) == (2, 2, 1)
+
+
+def test_a_published_row_a_replay_makes_pending_while_maintenance_deletes_it_stays(
+    order_database: ConnectionSettings, database: Database
+):
+    """A replay with includeExpired makes a row published past the republish window pending again (the
+    polling publisher's). Maintenance, deleting that row meanwhile, waits for its lock; once the replay
+    commits the row is pending, and a pending row is never deleted: the replayed event would be lost."""
+    place(database, 1)
+    with connect(order_database) as connection:
+        connection.execute(
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '17 days',"
+            " published_at = clock_timestamp() - interval '17 days'"
+        )
+        event_ids = [event_id for (event_id,) in connection.execute("SELECT event_id FROM outbox")]
+
+    replay, report = maintenance_while_committing(
+        order_database,
+        lambda held: replay_order_store(
+            held, SETTINGS, {"eventIds": event_ids, "includeExpired": True}, lambda: 0.0
+        ),
+    )
+
+    assert sorted(replay.selection.reset) == sorted(event_ids)
+    assert report.outbox_rows_deleted == 0
+    with connect(order_database) as connection:
+        left = connection.execute("SELECT event_id FROM outbox WHERE published_at IS NULL").fetchall()
+    assert sorted(event_id for (event_id,) in left) == sorted(event_ids)

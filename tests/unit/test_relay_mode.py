@@ -16,7 +16,7 @@ from shop.adapters.postgres import relay_mode, replication
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.outbox import RelayModeMismatch
 from shop.adapters.postgres.relay_mode import switch_relay
-from tests.support.postgres import connect, place_orders
+from tests.support.postgres import connect, place_orders, wait_until_a_lock_is_awaited
 from tests.support.publishing import (
     ListSink,
     RecordingBus,
@@ -384,17 +384,6 @@ def test_a_switch_while_a_polling_publisher_is_mid_round_neither_deadlocks_nor_d
     assert not isinstance(results["round"], BaseException), results["round"]
     assert "0 pending rows handed to the logical relay" in results["switch"]
     assert sorted(order_id for order_id, _, _ in recording_bus.accepted) == sorted(orders)  # each once
-
-
-def wait_until_a_lock_is_awaited(settings: ConnectionSettings) -> None:
-    deadline = time.monotonic() + 10
-    with connect(settings) as connection:
-        while time.monotonic() < deadline:
-            waiting = connection.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
-            if waiting and waiting[0]:
-                return
-            time.sleep(0.02)
-    raise AssertionError("the switch never waited for a lock")
 
 
 def test_a_switch_that_cannot_lock_the_outbox_in_time_fails_changing_nothing(

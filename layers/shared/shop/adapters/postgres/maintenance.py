@@ -30,6 +30,12 @@ import psycopg
 from shop.adapters.postgres.outbox import relay_mode
 from shop.adapters.postgres.slot_recovery import read_slot_state, rows_a_recovery_needs_since
 
+# Each DELETE picks its batch in a subquery (LIMIT), then deletes. A row a writer changes after the pick
+# (its lock makes the DELETE wait) is deleted or not by the outer WHERE alone, read on the row as the
+# writer committed it (READ COMMITTED): so a DELETE of rows that can change repeats its condition there.
+# Without it, a row a replay (includeExpired) made pending again, or a request key a new request took
+# over, was deleted all the same. Inbox rows and finished replay sets are never changed.
+#
 # A row a replay set still names (a replay, or a handover to the logical relay, not drained yet:
 # shop.adapters.postgres.replays) stays, however old: it is still to be published. (Its foreign key would
 # refuse the delete anyway, failing the whole batch.) So does a row created since `kept_since`, when
@@ -41,6 +47,7 @@ DELETE FROM outbox WHERE position IN (
       AND NOT EXISTS (SELECT 1 FROM outbox_replay_rows AS named WHERE named.position = outbox.position)
       AND (%(kept_since)s::timestamptz IS NULL OR created_at < %(kept_since)s)
     LIMIT %(limit)s)
+  AND {done} < clock_timestamp() - make_interval(secs => %(older_than_seconds)s)
 """
 _DELETE_INBOX = """
 DELETE FROM inbox WHERE (consumer, event_id) IN (
@@ -51,6 +58,7 @@ DELETE FROM inbox WHERE (consumer, event_id) IN (
 _DELETE_REQUEST_KEYS = """
 DELETE FROM request_keys WHERE (caller, idempotency_key) IN (
     SELECT caller, idempotency_key FROM request_keys WHERE expires_at < clock_timestamp() LIMIT %s)
+  AND expires_at < clock_timestamp()
 """
 # A replay set (shop.adapters.postgres.replays) leaves once finished (activated, and every row it named on
 # the bus or parked: none left in outbox_replay_rows, whose ON DELETE CASCADE would otherwise take pending
