@@ -72,8 +72,8 @@ class InMemoryOrderRepository:
 
     def _live_request(self, caller: str, idempotency_key: str) -> RequestRecord | None:
         stored = self._requests.get((caller, idempotency_key))
-        # TTL deletion is lazy: an expired record no longer binds the key, as in DynamoDB.
-        if stored is None or stored.expires_at < self._clock():
+        # TTL deletion is lazy: an expired record no longer binds the key, as in DynamoDB (whole seconds).
+        if stored is None or stored.expires_at < int(self._clock()):
             return None
         return stored.record
 

@@ -7,6 +7,7 @@ At the end, what only the DynamoDB items carry: the outbox expiry (expiresAt) as
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -552,3 +553,29 @@ def test_every_outbox_item_expires_outbox_ttl_days_after_its_event(dynamodb_sett
         INVENTORY_RESERVED: pytest.approx(window, abs=1),
         INVENTORY_RELEASED: pytest.approx(window, abs=1),
     }
+
+
+# --- the request key's expiry as the DynamoDB repository reads it ------------------------------------------
+def test_a_request_key_in_its_last_second_is_taken_and_read_back_and_free_the_second_after(
+    dynamodb_settings: Settings,
+):
+    """expiresAt holds whole epoch seconds; the record binds its key through that second, for the create's
+    condition and for the read alike: a key the create finds taken is read back (the read used to compare
+    with the fractional clock, found the record expired in the rest of that second, and the domain
+    answered a false 409 REQUEST_IN_PROGRESS)."""
+    written = float(int(time.time()))
+    now = [written]
+    repository = DynamoOrderRepository(dynamodb_settings, clock=lambda: now[0])
+    first, second, third = pending("o-1"), pending("o-2"), pending("o-3")
+    repository.create(first, created(first), request_for(first))
+    expires = int(written) + dynamodb_settings.request_key_ttl_hours * 3600
+
+    now[0] = expires + 0.5
+    with pytest.raises(RequestKeyTaken):
+        repository.create(second, created(second), request_for(second))
+    assert repository.get_request(CALLER, "key-1") == request_for(first)
+
+    now[0] = expires + 1.0
+    assert repository.get_request(CALLER, "key-1") is None
+    repository.create(third, created(third), request_for(third))
+    assert repository.get_request(CALLER, "key-1") == request_for(third)

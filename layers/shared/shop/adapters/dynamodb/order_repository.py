@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -126,11 +127,20 @@ class DynamoOrderRepository:
         *,
         trace_header: TraceHeaderSource = no_trace_header,
         seconds_left: SecondsLeft = unbounded,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._table = settings.require("orders_table_name")
         self._trace_header = trace_header
         self._seconds_left = seconds_left
+        self._clock = clock
+
+    def _now(self) -> int:
+        """Now in whole epoch seconds, as expiresAt holds it. A request record has expired once
+        expiresAt < _now(), for the create's condition and for get_request alike: a key the create
+        finds taken is read back, never found expired by a fraction of the same second (which made the
+        domain answer a false 409 REQUEST_IN_PROGRESS)."""
+        return int(self._clock())
 
     def _outbox_put(self, order: Order, event: CloudEvent) -> dict[str, Any]:
         partition = keys.order_partition(order.order_id)
@@ -148,7 +158,8 @@ class DynamoOrderRepository:
             self._outbox_put(order, event),
         ]
         if request is not None:
-            expires = int(time.time()) + self._settings.request_key_ttl_hours * 3600
+            now = self._now()
+            expires = now + self._settings.request_key_ttl_hours * 3600
             actions.append(
                 {
                     "Put": {
@@ -163,7 +174,7 @@ class DynamoOrderRepository:
                         },
                         # An expired record (TTL deletion is lazy) no longer binds the key.
                         "ConditionExpression": f"{keys.KEY_NOT_TAKEN} OR expiresAt < :now",
-                        "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}},
+                        "ExpressionAttributeValues": {":now": {"N": str(now)}},
                     }
                 }
             )
@@ -191,7 +202,7 @@ class DynamoOrderRepository:
                 TableName=self._table, Key=keys.request_key(caller, idempotency_key), ConsistentRead=True
             )
         item = response.get("Item")
-        if not item or int(item["expiresAt"]["N"]) < time.time():
+        if not item or int(item["expiresAt"]["N"]) < self._now():
             return None  # TTL deletion is lazy: an expired record no longer binds the key
         return RequestRecord(
             caller=caller,
