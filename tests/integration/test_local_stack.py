@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import requests
@@ -143,14 +144,13 @@ def test_make_invoke_runs_a_function_as_a_running_postgres_stack_runs_it(
     postgres_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The stack's parameters (OrderStore=postgres) and its database come from its state file: the order
-    is read from the PostgreSQL store, not looked for in a DynamoDB table. Powertools' default secrets
-    provider made earlier in this process (as another test or command may) does not take it to AWS."""
-    from aws_lambda_powertools.utilities.parameters import SecretsProvider
-    from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
-    from botocore.config import Config
+    is read from the PostgreSQL store, not looked for in a DynamoDB table. A Secrets Manager client made
+    earlier in this process (as another test or command may) does not take it to AWS."""
+    from shop.adapters import aws
 
-    # Its client made without the local endpoints.
-    DEFAULT_PROVIDERS["secrets"] = SecretsProvider(boto_config=Config(region_name="us-east-1"))
+    aws.reset_clients()
+    with mock.patch.dict("os.environ", {"AWS_DEFAULT_REGION": "us-east-1"}):
+        aws.secrets_manager()  # made without the local endpoints
     invoke_get_order_against(postgres_stack, tmp_path, capsys)
 
 

@@ -3,13 +3,25 @@ a database that is down answering as busy (nothing partial written)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
+from botocore.exceptions import EndpointConnectionError
+from botocore.stub import Stubber
 
-from shop.adapters.postgres.connection import ConnectionSettings, Database
+import shop.adapters.aws
+import shop.runtime.wiring.order_database
+from shop.adapters.postgres.connection import (
+    CONNECT_TIMEOUT_SECONDS,
+    ConnectionSettings,
+    Database,
+    PasswordUnavailable,
+)
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.envelope import parse_time
 from shop.domain.errors import ServiceBusy
@@ -22,7 +34,11 @@ from shop.domain.orders import (
     VersionConflict,
 )
 from shop.runtime.config import Settings
+from shop.runtime.wiring.order_database import connection_settings
+from tests.support import header, json_body, load_event
 from tests.support.postgres import connect
+from tests.unit.conftest import postgres_environment
+from tools.template import Template
 
 SETTINGS = Settings.from_env({})
 COMMAND = PlaceOrder("c-1", "USD", (OrderLine("SKU-A", 1, 500),))
@@ -156,3 +172,105 @@ def test_a_database_that_is_down_is_asked_once_not_twice(tmp_path):
     with pytest.raises(ServiceBusy), down.transaction():
         pass
     assert asked == [False]
+
+
+@pytest.mark.parametrize("failing", ["first", "afresh"])
+def test_a_password_that_cannot_be_fetched_is_service_busy(password_role: ConnectionSettings, failing: str):
+    """Every function connects through Database: a fetch that fails (PasswordUnavailable: throttled, timed
+    out, unreachable), for the first connect or for the fresh value a refused password asks for, is the
+    database unavailable (the API's 503, a consumer's retried message, the publisher's next round)."""
+    asked: list[bool] = []
+
+    def password(refresh: bool) -> str:
+        asked.append(refresh)
+        if refresh or failing == "first":
+            raise PasswordUnavailable("ThrottlingException: Rate exceeded")
+        return "before-rotation"  # refused: the database has the rotated one
+
+    database = Database(replace(password_role, password=password))
+    with pytest.raises(ServiceBusy), database.transaction():
+        pass
+    assert asked == ([False] if failing == "first" else [False, True])
+
+
+# --- the password from Secrets Manager: fetched in time, and a failed fetch is the database unavailable ---
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:order-db-AbCdEf"
+
+
+@pytest.fixture
+def secret_environment(aws: None, order_database: ConnectionSettings) -> dict[str, str]:
+    """The functions' variables for OrderStore=postgres with the password in a secret, as deployed (moto
+    holds the secret; the local server does not check the password), and no connection open yet."""
+    boto3.client("secretsmanager").create_secret(
+        Name=SECRET_ARN, SecretString=json.dumps({"username": order_database.user, "password": "unused"})
+    )
+    shop.runtime.wiring.order_database.order_database.cache_clear()
+    return {**postgres_environment(order_database), "DATABASE_SECRET_ARN": SECRET_ARN}
+
+
+def throttled_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GetSecretValue answers ThrottlingException (after the SDK's own retries)."""
+    client = boto3.client("secretsmanager")
+    stubber = Stubber(client)
+    stubber.add_client_error("get_secret_value", "ThrottlingException", "Rate exceeded", 400)
+    stubber.activate()
+    monkeypatch.setattr(shop.adapters.aws, "secrets_manager", lambda: client)
+
+
+def unreachable_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK gave up reaching Secrets Manager (its endpoint refused or timed out every attempt)."""
+    client = boto3.client("secretsmanager")
+
+    def gave_up(**kwargs: Any) -> Any:
+        raise EndpointConnectionError(endpoint_url="https://secretsmanager.us-east-1.amazonaws.com")
+
+    monkeypatch.setattr(client, "get_secret_value", gave_up)
+    monkeypatch.setattr(shop.adapters.aws, "secrets_manager", lambda: client)
+
+
+SECRETS_FAILURES = {"throttled": throttled_secrets, "unreachable": unreachable_secrets}
+
+
+@pytest.mark.parametrize("failure", list(SECRETS_FAILURES))
+def test_a_password_that_cannot_be_fetched_is_a_503_with_retry_after_and_nothing_is_written(
+    api, secret_environment, order_database, monkeypatch, failure
+):
+    SECRETS_FAILURES[failure](monkeypatch)
+
+    response = api(load_event("api_create_order.json"), secret_environment)
+
+    assert response["statusCode"] == 503
+    assert header(response, "Retry-After") == "1"
+    assert json_body(response)["error"]["code"] == "SERVICE_BUSY"
+    assert rows(order_database, "SELECT count(*) FROM orders") == [(0,)]
+
+
+def test_the_password_is_fetched_through_the_adapters_secrets_manager_client(
+    api, secret_environment, monkeypatch
+):
+    """Through shop.adapters.aws.secrets_manager (its timeouts, below), not Powertools' default client: a
+    stub on that client answers the fetch."""
+    client = boto3.client("secretsmanager")
+    stubber = Stubber(client)
+    secret = json.dumps({"username": "u", "password": "from-the-adapters-client"})
+    stubber.add_response("get_secret_value", {"SecretString": secret}, {"SecretId": SECRET_ARN})
+    stubber.activate()
+    monkeypatch.setattr(shop.adapters.aws, "secrets_manager", lambda: client)
+    password = connection_settings(Settings.from_env(secret_environment)).password
+
+    assert password(False) == "from-the-adapters-client"
+    stubber.assert_no_pending_responses()
+
+
+def test_fetching_the_password_then_connecting_leaves_the_api_time_to_answer(template: Template, aws: None):
+    """The API's Lambda timeout (10 s) holds the fetch, every attempt of it (the client's own timeouts and
+    retries), and the connect after it, with time to answer 503 (a longer wait: API Gateway's 502)."""
+    config: Any = shop.adapters.aws.secrets_manager().meta.config  # botocore sets its attributes at run time
+    fetch = shop.adapters.aws.longest_call_seconds(
+        config.retries["total_max_attempts"], config.connect_timeout, config.read_timeout
+    )
+
+    assert (
+        fetch + CONNECT_TIMEOUT_SECONDS + shop.adapters.aws.ANSWER_SECONDS
+        <= template.function("OrdersApiFunction").timeout
+    )

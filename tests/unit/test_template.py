@@ -21,9 +21,9 @@ import boto3
 import botocore.client
 import pytest
 import yaml
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
+import shop.adapters.aws
 import shop.runtime.wiring.order_database
 from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
 from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
@@ -456,7 +456,7 @@ def _order_database(template: Template, request: pytest.FixtureRequest) -> Conne
 def _connected_afresh() -> None:
     """Each function opens its connection, reading the password, as in a new execution environment."""
     shop.runtime.wiring.order_database.order_database.cache_clear()
-    parameters.clear_caches()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
+    shop.adapters.aws.secrets_manager.cache_clear()  # and with its client, the secret's cache
 
 
 def _orders_api(invoke: Callable[..., Any], template: Template, monkeypatch: pytest.MonkeyPatch) -> None:

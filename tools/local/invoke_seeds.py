@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any, Protocol
 from unittest import mock
 
-from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
-
 from shop.adapters import aws
 from shop.adapters.dynamodb.outbox_items import ENVELOPE
 from shop.domain import inventory, orders
@@ -161,10 +159,9 @@ def order_store(template: Template, endpoints: Endpoints) -> Iterator[SeedableOr
     settings = Settings.from_env({**spec.environment, **forced_environment(endpoints)})
     # The adapters' clients read the endpoints and credentials from the environment, as in a function.
     with mock.patch.dict("os.environ", forced_environment(endpoints)):
+        # Clients made before the endpoints were set would ask AWS itself (the order database's password
+        # too: its secrets provider is made on the adapters' Secrets Manager client).
         aws.reset_clients()
-        # Powertools keeps its default secrets provider (and its client) per process: one made before
-        # the endpoints were set would ask AWS itself for the order database's password.
-        DEFAULT_PROVIDERS.clear()
         try:
             if settings.order_store == "postgres":
                 from shop.adapters.postgres.connection import Database
@@ -182,7 +179,6 @@ def order_store(template: Template, endpoints: Endpoints) -> Iterator[SeedableOr
                 yield DynamoOrderRepository(settings)
         finally:
             aws.reset_clients()
-            DEFAULT_PROVIDERS.clear()
 
 
 def seed_named_orders(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
     from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
 
@@ -36,12 +37,16 @@ _CLIENT_CONFIG = Config(
 ANSWER_SECONDS = 1.0  # what a handler keeps after its last call, to answer before its invocation times out
 
 
-def longest_call_seconds(attempts: int = SDK_ATTEMPTS) -> float:
+def longest_call_seconds(
+    attempts: int = SDK_ATTEMPTS,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+) -> float:
     """How long one SDK call of these clients can take before it answers or fails: each attempt its connect
     and read timeouts, and standard mode's backoff before each retry (at most 1 s, then 2 s, doubling).
     Work that must end before its invocation does starts such a call only with this much time left."""
     backoff = float(2 ** (attempts - 1) - 1)  # 1 + 2 + ... s before attempts 2..n
-    return attempts * (CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS) + backoff
+    return attempts * (connect_timeout + read_timeout) + backoff
 
 
 @cache
@@ -87,6 +92,28 @@ def put_events_client(transport: str) -> EventBridgeClient | CrtPutEvents:
     return events_over_crt() if transport == "crt" else events()
 
 
+# The order database's password (OrderStore=postgres) is fetched when a connection opens, in the order
+# API's request too, whose Lambda times out at 10 s: the fetch (at most 5 s with these), then the connect
+# (shop.adapters.postgres.connection.CONNECT_TIMEOUT_SECONDS), must leave it time to answer 503. Botocore's
+# defaults (60 s to connect, 60 s to read, 5 attempts) outlasted the invocation: API Gateway's 502. Secrets
+# Manager answers a small secret in milliseconds; a fetch that fails is retried by the caller (503).
+SECRETS_ATTEMPTS = 2
+SECRETS_CONNECT_TIMEOUT_SECONDS = 1
+SECRETS_READ_TIMEOUT_SECONDS = 1
+
+
+@cache
+def secrets_manager() -> SecretsManagerClient:
+    return boto3.client(
+        "secretsmanager",
+        config=Config(
+            retries={"mode": "standard", "total_max_attempts": SECRETS_ATTEMPTS},  # the first one included
+            connect_timeout=SECRETS_CONNECT_TIMEOUT_SECONDS,
+            read_timeout=SECRETS_READ_TIMEOUT_SECONDS,
+        ),
+    )
+
+
 @cache
 def sqs() -> SQSClient:
     return boto3.client("sqs", config=_CLIENT_CONFIG)
@@ -97,7 +124,7 @@ def sns() -> SNSClient:
     return boto3.client("sns", config=_CLIENT_CONFIG)
 
 
-_FACTORIES = (dynamodb, dynamodb_streams, events, events_over_crt, sqs, sns)
+_FACTORIES = (dynamodb, dynamodb_streams, events, events_over_crt, secrets_manager, sqs, sns)
 
 
 def reset_clients() -> None:

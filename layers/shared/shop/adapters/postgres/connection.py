@@ -5,9 +5,10 @@ pool (RDS Proxy is the pool across environments; docs/configuration.md). Every u
 `with database.transaction() as cursor:` commits when the block ends and rolls back when it raises.
 
 Failures that say nothing about the request (the server is down, restarting, failing over, or the
-connection broke) become ServiceBusy: the API answers 503 with Retry-After and a consumer's message
-is retried. When the connection breaks during COMMIT, the outcome is unknown; the writes stay safe to
-repeat (request keys, version conditions, event ids), so the retry finds what committed.
+connection broke; or its password could not be fetched) become ServiceBusy: the API answers 503 with
+Retry-After and a consumer's message is retried. When the connection breaks during COMMIT, the outcome
+is unknown; the writes stay safe to repeat (request keys, version conditions, event ids), so the retry
+finds what committed.
 """
 
 from __future__ import annotations
@@ -34,13 +35,19 @@ def sslmode(host: str) -> str:
     return "disable" if host.startswith("/") else "require"
 
 
+class PasswordUnavailable(Exception):
+    """The password could not be fetched (its store throttled, timed out or could not be reached): the
+    database is as unavailable as when it refuses connections."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
     host: str  # a host name, or a directory holding the server's Unix socket (locally)
     port: int
     dbname: str
     user: str
-    # Read at each connect; True asks for a fresh value (the cached one was refused: rotated).
+    # Read at each connect; True asks for a fresh value (the cached one was refused: rotated). Raises
+    # PasswordUnavailable when it cannot be fetched.
     password: Callable[[bool], str | None]
 
 
@@ -101,7 +108,7 @@ class Database:
                 if "authentication failed" not in str(exc):
                     raise
                 self._connection = self._open(refresh_password=True)
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, PasswordUnavailable) as exc:
             raise ServiceBusy("the order database is unavailable; retry shortly") from exc
         return self._connection
 
