@@ -18,9 +18,14 @@ import shop.adapters.aws
 import shop.runtime.wiring.order_database
 from shop.adapters.postgres.connection import (
     CONNECT_TIMEOUT_SECONDS,
+    KEEPALIVES_COUNT,
+    KEEPALIVES_IDLE_SECONDS,
+    KEEPALIVES_INTERVAL_SECONDS,
+    TCP_USER_TIMEOUT_MS,
     ConnectionSettings,
     Database,
     PasswordUnavailable,
+    open_connection,
 )
 from shop.adapters.postgres.order_repository import PostgresOrderRepository
 from shop.domain.envelope import parse_time
@@ -191,6 +196,32 @@ def test_a_password_that_cannot_be_fetched_is_service_busy(password_role: Connec
     with pytest.raises(ServiceBusy), database.transaction():
         pass
     assert asked == ([False] if failing == "first" else [False, True])
+
+
+KEEPALIVE_PARAMETERS = {
+    "keepalives_idle": KEEPALIVES_IDLE_SECONDS,
+    "keepalives_interval": KEEPALIVES_INTERVAL_SECONDS,
+    "keepalives_count": KEEPALIVES_COUNT,
+    "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+}
+
+
+def test_a_connection_is_made_with_keepalives_and_a_tcp_user_timeout_that_end_a_silent_one_in_time(
+    order_database: ConnectionSettings, template: Template
+):
+    """A network path gone silent never delivers the server's statement timeout: the kernel's keepalives and
+    user timeout close the connection (ServiceBusy) in time for the API to answer its 503."""
+    with open_connection(order_database) as connection:
+        given = connection.info.get_parameters()
+
+    assert {name: given.get(name) for name in ("keepalives", *KEEPALIVE_PARAMETERS)} == {
+        "keepalives": "1",
+        **{name: str(value) for name, value in KEEPALIVE_PARAMETERS.items()},
+    }
+    silent_for = max(
+        KEEPALIVES_IDLE_SECONDS + KEEPALIVES_INTERVAL_SECONDS * KEEPALIVES_COUNT, TCP_USER_TIMEOUT_MS / 1000
+    )
+    assert silent_for + shop.adapters.aws.ANSWER_SECONDS < template.function("OrdersApiFunction").timeout
 
 
 # --- the password from Secrets Manager: fetched in time, and a failed fetch is the database unavailable ---

@@ -26,6 +26,17 @@ from shop.domain.errors import ServiceBusy
 # invocation (the API still has to answer).
 CONNECT_TIMEOUT_SECONDS = 3
 STATEMENT_TIMEOUT_MS = 5_000
+# The statement timeout is the server's: a network path that goes silent (a failover, a lost route) never
+# delivers its cancellation, and the client would wait until the invocation's timeout (the API's 10 s:
+# API Gateway's 502 instead of a 503). The client's kernel closes such a connection instead, and the
+# statement fails (ServiceBusy): when data it sent stays unacknowledged for TCP_USER_TIMEOUT_MS, or when
+# the connection, silent for KEEPALIVES_IDLE_SECONDS, answers none of KEEPALIVES_COUNT probes sent every
+# KEEPALIVES_INTERVAL_SECONDS: about 4 s either way. A live server's kernel acknowledges both at once,
+# however long its statement runs. (Not used on a local Unix socket.)
+KEEPALIVES_IDLE_SECONDS = 2
+KEEPALIVES_INTERVAL_SECONDS = 1
+KEEPALIVES_COUNT = 2
+TCP_USER_TIMEOUT_MS = 4_000
 
 
 def sslmode(host: str) -> str:
@@ -60,6 +71,11 @@ def open_connection(settings: ConnectionSettings, *, refresh_password: bool = Fa
         user=settings.user,
         password=settings.password(refresh_password),
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        keepalives=1,
+        keepalives_idle=KEEPALIVES_IDLE_SECONDS,
+        keepalives_interval=KEEPALIVES_INTERVAL_SECONDS,
+        keepalives_count=KEEPALIVES_COUNT,
+        tcp_user_timeout=TCP_USER_TIMEOUT_MS,
         options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
         application_name="serverless-outbox",
         sslmode=sslmode(settings.host),
