@@ -64,6 +64,20 @@ def test_envelope_round_trips_and_rejects_what_is_not_a_cloudevent():
         CloudEvent.from_json("{not json")
 
 
+@pytest.mark.parametrize("attribute", ["time", "specversion"])
+def test_an_invalid_envelope_quotes_its_content_cut_to_a_thousand_characters(attribute: str):
+    """A poison record's details go into one poison queue message and the relay's log line: quoted whole,
+    an attribute of 300 KB made a message SQS refuses."""
+    raw = json.loads(
+        CloudEvent.new(source="s", type="T", subject="o", sequence=1, data={}, correlation_id="c").to_json()
+    )
+
+    with pytest.raises(InvalidEnvelope) as refused:
+        CloudEvent.from_dict({**raw, attribute: "x" * 300_000})
+
+    assert refused.value.details == {attribute: "x" * 1_000 + "... (299000 more characters cut)"}
+
+
 def test_entry_size_counts_utf8_bytes_and_the_fixed_time_overhead():
     assert entry_size("s", "T", "é") == 14 + 1 + 1 + 2
 

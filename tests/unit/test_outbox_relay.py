@@ -438,6 +438,28 @@ def test_every_envelope_that_fails_to_decode_is_parked_not_an_invocation_error(
     assert [p["eventId"] for p in poison_queue()] == [event_id(batch[1])]
 
 
+def test_a_poison_record_whose_details_are_larger_than_a_message_is_parked_and_the_shard_moves_on(
+    faulty_bus, bus, poison_queue, invoke
+):
+    """An invalid time of 388 KB (a lone surrogate, then emoji: 12 bytes each in an escaped message): the
+    message without its item still held the time, SQS refused it, and the relay checkpointed at the record
+    on every retry until it was 23 h old and took its neighbours to the DLQ."""
+    batch = outbox_stream_records(5)
+    raw = json.loads(batch[2]["dynamodb"]["NewImage"]["envelope"]["S"])
+    poison_envelope(
+        batch[2], json.dumps({**raw, "time": "\ud800" + "\U0001f600" * 97_000}, ensure_ascii=False)
+    )
+
+    assert relay(invoke, batch) == []
+
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(
+        event_id(r) for i, r in enumerate(batch) if i != 2
+    )
+    [parked] = poison_queue()
+    assert parked["key"] == keys.item_key(batch[2]["dynamodb"]["NewImage"])  # redrive reads it from the table
+    assert parked["details"]["time"].endswith("... (96001 more characters cut)")
+
+
 def test_while_the_poison_queue_is_down_no_retry_sends_anything_twice(faulty_bus, bus, invoke, template):
     batch = outbox_stream_records(9)
     poison_envelope(batch[3], "not json")  # no poison queue exists yet: SendMessage fails

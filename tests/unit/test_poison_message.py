@@ -230,3 +230,56 @@ def test_a_record_whose_event_id_sqs_refuses_as_an_attribute_is_parked_whole(
     # The body holds the event id as it is; the attribute is escaped, or left out when empty
     assert checked_poison_message(json.loads(request["MessageBody"]))["eventId"] == event_id
     assert ("eventId" in request["MessageAttributes"]) is bool(event_id)
+
+
+# Details no relay builds (it cuts what it quotes of an envelope): a lone surrogate makes the message
+# escape every character, each of these 12 bytes, so they are over 1 MB in the message.
+HUGE_DETAILS = {"time": "\ud800" + "\U0001f600" * 97_000}
+TOO_LARGE_EVERY_WAY = {
+    "stream record": PoisonRecord(
+        StreamPosition("4960000000000000000001", ARN),
+        "e-1",
+        "not a CloudEvent",
+        {**ITEM, "envelope": {"S": "x" * 300_000}},
+        keys.item_key(ITEM),
+        HUGE_DETAILS,
+    ),
+    "outbox row": PoisonRecord(
+        RowPosition(7), "e-7", "not a CloudEvent", {**ROW, "envelope": "x" * 300_000}, ROW_KEY, HUGE_DETAILS
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOO_LARGE_EVERY_WAY))
+def test_a_record_whose_details_do_not_fit_either_is_parked_by_its_key_without_them(
+    monkeypatch: pytest.MonkeyPatch, case: str
+):
+    """Without its item the message was still over SQS's limit: SendMessage refused it, the relay took the
+    poison queue for unavailable and held the shard (or the order) at the record until it expired."""
+    parked = TOO_LARGE_EVERY_WAY[case]
+
+    request = park(monkeypatch, parked)
+
+    body = checked_poison_message(json.loads(request["MessageBody"]))
+    assert (body["details"], body["reason"]) == ({}, "not a CloudEvent")
+    assert "larger than one queue message" in body["detailsOmitted"]
+    found = parked_poison(body)  # what redrive-poison finds it by
+    assert (found.event_id, found.position, found.image, found.key) == (
+        parked.event_id,
+        parked.position,
+        None,
+        parked.key,
+    )
+
+
+def test_a_record_whose_event_id_no_store_keys_is_parked_with_it_cut(monkeypatch: pytest.MonkeyPatch):
+    """An item written by earlier code names its event in any eventId attribute: 300 KB of it went out
+    twice, in the body and as an attribute, and the message could never be sent."""
+    image = {**ITEM, "SK": {"S": "OUTBOX#"}, "eventId": {"S": "e" * 300_000}}
+    parked = PoisonRecord(StreamPosition("1", ARN), "e" * 300_000, "no id", image, keys.item_key(image))
+
+    request = park(monkeypatch, parked)
+
+    body = checked_poison_message(json.loads(request["MessageBody"]))
+    assert body["eventId"] == "e" * 4_096 + "... (295904 more cut)"
+    assert body["key"] == keys.item_key(image)  # still found by its key

@@ -13,7 +13,11 @@ The message body (JSON, `kind` = "outbox-poison", `version` = 1), the same for e
            it (attribute-value form), or a PostgreSQL outbox row (`store` = "postgres", `position`, ...);
     itemOmitted / key   when the item is too large for one queue message: only its key (the item's
                         key in its table, which holds it until its TTL; or the row's store, position
-                        and event id), and the item stays readable in its store.
+                        and event id), and the item stays readable in its store;
+    detailsOmitted      when even that is too large (details no relay builds: the envelope's content
+                        they quote is cut to a thousand characters): no details, and an event id or
+                        reason longer than any store keys cut. What redrive needs (the position, the
+                        key, the stream) is never left out, so every poison record can be parked.
 The position is the record's: a stream record's sequenceNumber and streamArn, or a row's position as
 sequenceNumber (streamArn null).
 """
@@ -38,6 +42,9 @@ MAX_MESSAGE_BYTES = 262_144
 # What SQS refuses in a message, body or attribute value: anything but #x9 | #xA | #xD | #x20-#xD7FF |
 # #xE000-#xFFFD | #x10000-#x10FFFF (SendMessage).
 _REFUSED_BY_SQS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# An event id or reason longer than this is none a store keys (an item written by earlier code may carry
+# any eventId attribute): cut in the attributes, and in a body that would not fit otherwise.
+_LONGEST_KEPT_ID = 4_096
 
 
 def _message_text(body: dict[str, Any]) -> tuple[str, int]:
@@ -58,8 +65,8 @@ def _message_text(body: dict[str, Any]) -> tuple[str, int]:
 def poison_message_attributes(record: PoisonRecord) -> dict[str, MessageAttributeValueTypeDef]:
     """The message's attributes (for a look at the queue without decoding bodies): the event id and the
     reason's start, what SQS refuses in them escaped as JSON would (\\uXXXX), an empty one left out (SQS
-    refuses empty values). The body holds both as they are."""
-    values = {"eventId": record.event_id, "reason": record.reason[:256]}
+    refuses empty values). The body holds both as they are (unless detailsOmitted)."""
+    values = {"eventId": record.event_id[:_LONGEST_KEPT_ID], "reason": record.reason[:256]}
     return {
         name: {"DataType": "String", "StringValue": _REFUSED_BY_SQS.sub(_escaped, value)}
         for name, value in values.items()
@@ -79,8 +86,10 @@ def _attributes_bytes(attributes: dict[str, MessageAttributeValueTypeDef]) -> in
 
 
 def poison_message_body(record: PoisonRecord) -> str:
-    """Encode: the message of a record parked whole (or by its key, when too large for one message with
-    its attributes)."""
+    """Encode: the message of a record parked whole, or by its key when too large for one message with its
+    attributes, or, when even that is too large, by its key without its details: never larger than SQS
+    takes, or the record could never be parked and would hold its shard or its order until it expired."""
+    room = MAX_MESSAGE_BYTES - _attributes_bytes(poison_message_attributes(record))
     body: dict[str, Any] = {
         "kind": POISON_KIND,
         "version": 1,
@@ -93,12 +102,26 @@ def poison_message_body(record: PoisonRecord) -> str:
         "item": record.image,
     }
     text, size = _message_text(body)
-    if size <= MAX_MESSAGE_BYTES - _attributes_bytes(poison_message_attributes(record)):
+    if size <= room:
         return text
     del body["item"]
     body["itemOmitted"] = _OMITTED[record.store]
     body["key"] = record.key
+    text, size = _message_text(body)
+    if size <= room:
+        return text
+    # Only what finds the record again. Its key and position are what its store allows (a DynamoDB key at
+    # most 3 KB, an outbox row's event id what its unique index takes, 2,704 bytes), so this fits whatever
+    # the record holds, even escaped (12 bytes a character at worst).
+    body["details"] = {}
+    body["detailsOmitted"] = "larger than one queue message; the record's key finds it in its store"
+    body["eventId"] = _cut(record.event_id, _LONGEST_KEPT_ID)
+    body["reason"] = _cut(record.reason, _LONGEST_KEPT_ID)
     return _message_text(body)[0]
+
+
+def _cut(text: str, characters: int) -> str:
+    return text if len(text) <= characters else f"{text[:characters]}... ({len(text) - characters} more cut)"
 
 
 _OMITTED = {

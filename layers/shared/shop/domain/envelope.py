@@ -27,6 +27,10 @@ _REQUIRED = ("specversion", "id", "source", "type", "subject", "time", "data", "
 
 # PutEvents counts a fixed 14 bytes for the Time field of every entry.
 _ENTRY_OVERHEAD_BYTES = 14
+# An envelope's own content echoed in an error's details is cut to this many characters: a poison record's
+# details go with it into one poison queue message and into the relay's log line, and a record may hold
+# hundreds of kilobytes in one attribute.
+ECHOED_CHARACTERS = 1_000
 
 
 def now() -> datetime:
@@ -49,6 +53,14 @@ def parse_time(text: str) -> datetime:
     except OverflowError:
         raise ValueError(f"timestamp {text!r} is out of range in UTC (years 1 to 9999)") from None
     return moment
+
+
+def echoed(value: str) -> str:
+    """An envelope's value as an error's details quote it: whole, or its first ECHOED_CHARACTERS and how
+    many more were cut."""
+    if len(value) <= ECHOED_CHARACTERS:
+        return value
+    return f"{value[:ECHOED_CHARACTERS]}... ({len(value) - ECHOED_CHARACTERS} more characters cut)"
 
 
 def event_id_for(source: str, subject: str, sequence: int, event_type: str) -> str:
@@ -165,7 +177,7 @@ class CloudEvent:
         if missing:
             raise InvalidEnvelope("envelope lacks required attributes", {"missing": missing})
         if raw["specversion"] != SPEC_VERSION:
-            raise InvalidEnvelope("unsupported specversion", {"specversion": str(raw["specversion"])})
+            raise InvalidEnvelope("unsupported specversion", {"specversion": echoed(str(raw["specversion"]))})
         for name in ("id", "source", "type", "subject", "time", "correlationid"):
             if not isinstance(raw[name], str) or not raw[name]:
                 raise InvalidEnvelope(f"attribute {name} must be a non-empty string")
@@ -181,7 +193,7 @@ class CloudEvent:
             parse_time(raw["time"])
         except ValueError as exc:
             raise InvalidEnvelope(
-                "attribute time is not an RFC 3339 timestamp with an offset", {"time": raw["time"]}
+                "attribute time is not an RFC 3339 timestamp with an offset", {"time": echoed(raw["time"])}
             ) from exc
         return cls(
             id=raw["id"],
