@@ -171,6 +171,22 @@ def test_chunks_of_different_orders_overlap_and_one_orders_events_never_do(slow_
     assert all(sequences == [1, 2, 3, 4, 5] for sequences in bus.sequences().values())
 
 
+def test_a_chunk_there_is_no_time_left_for_is_left_unsent_and_the_checkpoint_is_its_first_entry(slow_bus):
+    """a's second event waits for the call holding its first, which takes 1.5 s of a 9 s invocation: then
+    a call (7 s at worst, and a second to answer) could outlast the invocation, so it is not begun. It was
+    begun whatever the time left, and the relay ran past Lambda's timeout (a review's measurement)."""
+    slow_bus.append(SlowBus(latency=0.0))
+    entries = [order_entry("a", 1), order_entry("b", 1), order_entry("a", 2), order_entry("c", 1)]
+    assert ordered_chunks(entries, 262_144) == [(0, 1, 3), (2,)]
+
+    result = publisher(8).publish_in_order(entries, lambda: 9.0 - 1.5 * slow_bus[-1].calls)
+
+    assert slow_bus[-1].calls == 1
+    assert sorted(result.accepted_positions) == [0, 1, 3]
+    assert (result.first_unpublished, result.first_failed, result.out_of_time) == (2, None, True)
+    assert result.failures_by_code == {}  # nothing failed: the rest waits for the next invocation
+
+
 def assert_prefixes_and_an_exact_checkpoint(
     bus: SlowBus, entries: list[OutboxEntry], stuck: OutboxEntry, result: PublishResult
 ) -> int:

@@ -862,6 +862,26 @@ def test_a_round_stops_publishing_when_its_share_of_the_invocation_is_used(
     assert len(recording_bus.accepted) == 30  # each once: the slot moved past each slice
 
 
+def test_a_round_begins_no_call_that_could_outlast_the_invocation_and_the_slot_stays_before_its_rows(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """The round's own time bounds only its retries (its first slice goes out whatever it says); the
+    invocation's bounds every call: with 7.5 s left, a PutEvents call (7 s at worst) and the answer's
+    second do not fit, so nothing is sent and the slot stays before the rows, which the next round
+    publishes once."""
+    write_orders(order_database, 10, per_transaction=1)
+    before = confirmed_lsn(order_database)
+
+    outcome = relay_slot_round(**round_options(database), remaining_seconds=lambda: 7.5)
+
+    assert (outcome.taken, len(outcome.published)) == (10, 0)
+    assert (outcome.out_of_time, outcome.backlog) == (True, True)
+    assert recording_bus.calls == 0
+    assert confirmed_lsn(order_database) == before
+    drain(database)
+    assert len(recording_bus.accepted) == 10  # each once
+
+
 def test_a_round_that_read_part_of_the_log_ends_on_whole_calls_and_the_rest_leads_the_next_read(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):

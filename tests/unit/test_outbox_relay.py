@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ReadTimeoutError
 from moto.events.models import EventPattern, EventPatternParser
 
 import shop.adapters.aws
@@ -272,20 +273,98 @@ def test_a_poison_record_met_too_close_to_the_timeout_waits_for_the_next_invocat
     assert [p["eventId"] for p in poison_queue()] == [event_id(poison)]
 
 
+def test_no_put_events_call_is_begun_unless_its_answer_can_come_before_the_timeout(faulty_bus, bus, invoke):
+    """A PutEvents call may take 7 s at worst (one attempt: 2 s connect + 5 s read): a chunk's first call
+    too is begun only with that and a second more left. Begun anyway, its answer could come after Lambda
+    timed the relay out, which then retries the whole batch (bisected), what was published included."""
+    batch = records("relay_outbox_insert_batch.json")[:5]
+
+    assert relay_with(invoke, batch, seconds_left=7.9) == [batch[0]["dynamodb"]["SequenceNumber"]]
+    assert faulty_bus.calls == []  # left unsent: the checkpoint covers it
+
+    assert relay_with(invoke, batch, seconds_left=8.5) == []
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in batch)
+
+
+@pytest.fixture
+def longest_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay's publisher backs off as long as its jitter allows, without sleeping through the delays."""
+
+    def without_sleeping(settings: Settings) -> EventPublisher:
+        return EventPublisher(
+            settings.event_bus_name, settings.max_event_bytes, sleep=lambda _: None, jitter=lambda: 1.0
+        )
+
+    monkeypatch.setattr(shop.runtime.wiring.relay, "event_publisher", without_sleeping)
+
+
 def test_a_throttled_call_is_retried_only_while_its_answer_can_come_before_the_timeout(
-    faulty_bus, bus, invoke, unhurried_backoff
+    faulty_bus, bus, invoke, longest_backoff
 ):
-    """A PutEvents call may take 7 s at worst (2 s connect + 5 s read): a retry is begun only with that and
-    a second more left, so the relay answers with its checkpoint rather than time out."""
+    """The first retry waits 0.1 s (0.05 s doubled, full jitter at its most): with 8.1 s left, its call could
+    not be answered with a second to spare, so it is not begun and the relay answers with its checkpoint."""
     batch = records("relay_outbox_insert_batch.json")[:5]
     faulty_bus.throttle_entries = {event_id(batch[0]): 1}
 
-    assert relay_with(invoke, batch, seconds_left=7.5) == [batch[0]["dynamodb"]["SequenceNumber"]]
+    assert relay_with(invoke, batch, seconds_left=8.1) == [batch[0]["dynamodb"]["SequenceNumber"]]
     assert len(faulty_bus.calls) == 1  # not retried
 
     faulty_bus.throttle_entries = {event_id(batch[0]): 1}
     assert relay_with(invoke, batch, seconds_left=9) == []
     assert len(faulty_bus.calls) == 3  # throttled, then retried
+
+
+@pytest.mark.parametrize(
+    ("client", "attempts", "operation", "request_parameters"),
+    [
+        (
+            "events",
+            shop.adapters.aws.PUT_EVENTS_ATTEMPTS,
+            "put_events",
+            {"Entries": [{"Source": "s", "DetailType": "d", "Detail": "{}"}]},
+        ),
+        (
+            "sqs",
+            shop.adapters.aws.SDK_ATTEMPTS,
+            "send_message",
+            {"QueueUrl": "https://sqs.us-east-1.amazonaws.com/1/q", "MessageBody": "x"},
+        ),
+    ],
+)
+def test_a_call_that_never_answers_is_attempted_as_often_as_the_relays_time_budget_counts(
+    fake_credentials: None,
+    monkeypatch: pytest.MonkeyPatch,
+    client: str,
+    attempts: int,
+    operation: str,
+    request_parameters: dict[str, Any],
+):
+    """The budget (longest_call_seconds: 7 s a PutEvents call, 24 s a poison queue call) counts 1 and 3
+    attempts in standard mode. botocore's `max_attempts` counts retries and a merged Config replaced the
+    retries whole: the clients made 2 attempts in legacy mode and 4, and a relay answered after 31.9 s
+    of a 30 s invocation against an endpoint that never answered (a review's measurement)."""
+    shop.adapters.aws.reset_clients()
+    made = getattr(shop.adapters.aws, client)()
+    assert made.meta.config.retries == {"mode": "standard", "total_max_attempts": attempts}
+
+    sent: list[str] = []
+    waited: list[float] = []
+
+    def never_answered(request: Any, **_: Any) -> None:
+        sent.append(request.url)
+        raise ReadTimeoutError(endpoint_url=request.url)
+
+    made.meta.events.register("before-send", never_answered)
+    # the backoff botocore sleeps before each retry, recorded rather than slept (time.sleep, for this test)
+    monkeypatch.setattr("botocore.endpoint.time.sleep", waited.append)
+    with pytest.raises(ReadTimeoutError):
+        getattr(made, operation)(**request_parameters)
+    shop.adapters.aws.reset_clients()
+
+    assert len(sent) == attempts
+    # each attempt its timeouts (a read timeout is the last of them), the backoff before each retry
+    worst = attempts * (shop.adapters.aws.CONNECT_TIMEOUT_SECONDS + shop.adapters.aws.READ_TIMEOUT_SECONDS)
+    assert worst + sum(waited) <= shop.adapters.aws.longest_call_seconds(attempts)
 
 
 def test_when_the_poison_queue_fails_the_relay_checkpoints_at_the_poison(faulty_bus, bus, aws, invoke):

@@ -12,13 +12,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.postgres.connection import ConnectionSettings, Database
 from shop.adapters.postgres.outbox import _CLAIM_HEADS, OutboxRow, claim_pending, mark_published
 from shop.domain.errors import ServiceBusy
 from shop.runtime.outbox_publishing import PublishOutcome
-from shop.runtime.polling_publisher import RESERVE_SECONDS, poll_outbox
+from shop.runtime.polling_publisher import RESERVE_SECONDS, poll_outbox, publish_pending_round
 from tests.support.postgres import connect, place_orders
 from tests.support.publishing import (
+    SETTINGS,
     ListSink,
     RecordingBus,
     advance,
@@ -197,6 +199,28 @@ def test_a_throttled_event_stops_the_round_there_with_its_attempt_recorded(
     assert recording_bus.sequences_by_order() == {second: [1, 2], first: [1, 2]}
 
 
+def test_a_round_with_too_little_time_left_for_a_call_leaves_its_events_pending_and_unattempted(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """8.5 s left; a PutEvents call over the AWS Common Runtime (as the template configures the publisher)
+    may take 8 s, and the answer a second: no call is begun, and nothing failed (no attempt or error
+    recorded): the next invocation publishes them."""
+    place_orders(database, 2)
+    over_crt = EventPublisher("orders-bus", SETTINGS.max_event_bytes, max_in_flight=32, transport="crt")
+
+    outcome = publish_pending_round(
+        database,
+        over_crt,
+        ListSink(),
+        max_event_bytes=SETTINGS.max_event_bytes,
+        remaining_seconds=lambda: 8.5,
+    )
+
+    assert (outcome.taken, outcome.left_pending, outcome.out_of_time) == (2, 2, True)
+    assert recording_bus.calls == 0
+    assert [(tries, error) for _, _, tries, error in pending_rows(order_database)] == [(0, None), (0, None)]
+
+
 def event_id_of(settings: ConnectionSettings, order_id: str, sequence: int) -> str:
     with connect(settings) as connection:
         found = connection.execute(
@@ -349,6 +373,17 @@ def test_the_loop_polls_until_the_invocations_last_seconds_and_rides_out_a_datab
     assert pauses[0] == 1.0  # after the outage
     assert pauses[1] == 1.0  # claimed 3, published none: the bus is failing, pause
     assert pauses[2:] == [0.2, 0.2]  # idle
+
+
+def test_the_loop_ends_after_a_round_that_had_too_little_time_left_for_a_call():
+    """RESERVE_SECONDS covers a call begun as a round starts; a round that took long may still leave its
+    events for lack of time: the invocation ends there, rather than claim them again and again."""
+    rounds = iter([PublishOutcome[OutboxRow](taken=3, out_of_time=True)])
+    pauses: list[float] = []
+
+    totals = poll_outbox(lambda: next(rounds), lambda: 30.0, sleep=pauses.append)
+
+    assert (totals.rounds, pauses) == (1, [])
 
 
 def test_an_unreachable_database_is_service_busy(tmp_path, recording_bus: RecordingBus):

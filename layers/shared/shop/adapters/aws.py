@@ -7,7 +7,7 @@ tests redirect them without code changes.
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -26,12 +26,29 @@ if TYPE_CHECKING:
 # have their own retry budgets, so a throttled call should fail fast rather than eat the timeout.
 CONNECT_TIMEOUT_SECONDS = 2
 READ_TIMEOUT_SECONDS = 5
-SDK_ATTEMPTS = 3
-_CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": SDK_ATTEMPTS},
-    connect_timeout=CONNECT_TIMEOUT_SECONDS,
-    read_timeout=READ_TIMEOUT_SECONDS,
-)
+SDK_ATTEMPTS = 3  # a call's attempts, its first included
+PUT_EVENTS_ATTEMPTS = 1  # the publisher retries PutEvents itself, entry by entry
+
+
+def _client_config(
+    attempts: int,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+    **options: Any,
+) -> Config:
+    """A client's configuration: `attempts` in all, in standard mode (its backoff is what
+    longest_call_seconds counts), and the timeouts. botocore's `max_attempts` counts the retries, one
+    attempt more than it says, and a Config merged over this one replaces its retries whole (the mode
+    with them): so the attempts are given here only, as botocore's `total_max_attempts`."""
+    return Config(
+        retries={"mode": "standard", "total_max_attempts": attempts},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        **options,
+    )
+
+
+_CLIENT_CONFIG = _client_config(SDK_ATTEMPTS)
 
 
 ANSWER_SECONDS = 1.0  # what a handler keeps after its last call, to answer before its invocation times out
@@ -42,11 +59,26 @@ def longest_call_seconds(
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
     read_timeout: float = READ_TIMEOUT_SECONDS,
 ) -> float:
-    """How long one SDK call of these clients can take before it answers or fails: each attempt its connect
-    and read timeouts, and standard mode's backoff before each retry (at most 1 s, then 2 s, doubling).
-    Work that must end before its invocation does starts such a call only with this much time left."""
+    """How long one SDK call of a client of _client_config(attempts, ...) can take before it answers or
+    fails: each attempt its connect and read timeouts, and standard mode's backoff before each retry (at
+    most 1 s, then 2 s, doubling). Work that must end before its invocation does starts such a call only
+    with this much time left."""
     backoff = float(2 ** (attempts - 1) - 1)  # 1 + 2 + ... s before attempts 2..n
     return attempts * (connect_timeout + read_timeout) + backoff
+
+
+# awscrt times a connect itself (its socket's connect timeout); past it by this much, the AWS Common
+# Runtime's transport (adapters.eventbridge_crt) answers the call with a connect timeout whatever awscrt did.
+CRT_CONNECT_GRACE_SECONDS = 1.0
+
+
+def longest_put_events_seconds(transport: str) -> float:
+    """How long a PutEvents call through `transport` (put_events_client) can take before it answers or
+    fails: the events client's attempts (one), or through the AWS Common Runtime one attempt whose
+    connect may outlast its timeout by CRT_CONNECT_GRACE_SECONDS."""
+    if transport == "crt":
+        return CONNECT_TIMEOUT_SECONDS + CRT_CONNECT_GRACE_SECONDS + READ_TIMEOUT_SECONDS
+    return longest_call_seconds(PUT_EVENTS_ATTEMPTS)
 
 
 @cache
@@ -59,19 +91,11 @@ def dynamodb_streams() -> DynamoDBStreamsClient:
     return boto3.client("dynamodbstreams", config=_CLIENT_CONFIG)
 
 
-PUT_EVENTS_ATTEMPTS = 1  # the publisher retries PutEvents itself, entry by entry
-
-
 @cache
 def events() -> EventBridgeClient:
     # PutEvents failures are handled entry by entry by the publisher: no SDK-level retries. Its calls
     # overlap (runtime.config's publish concurrency, at most 50): a connection for each.
-    return boto3.client(
-        "events",
-        config=_CLIENT_CONFIG.merge(
-            Config(retries={"max_attempts": PUT_EVENTS_ATTEMPTS}, max_pool_connections=50)
-        ),
-    )
+    return boto3.client("events", config=_client_config(PUT_EVENTS_ATTEMPTS, max_pool_connections=50))
 
 
 @cache
@@ -104,14 +128,8 @@ SECRETS_READ_TIMEOUT_SECONDS = 1
 
 @cache
 def secrets_manager() -> SecretsManagerClient:
-    return boto3.client(
-        "secretsmanager",
-        config=Config(
-            retries={"mode": "standard", "total_max_attempts": SECRETS_ATTEMPTS},  # the first one included
-            connect_timeout=SECRETS_CONNECT_TIMEOUT_SECONDS,
-            read_timeout=SECRETS_READ_TIMEOUT_SECONDS,
-        ),
-    )
+    config = _client_config(SECRETS_ATTEMPTS, SECRETS_CONNECT_TIMEOUT_SECONDS, SECRETS_READ_TIMEOUT_SECONDS)
+    return boto3.client("secretsmanager", config=config)
 
 
 @cache

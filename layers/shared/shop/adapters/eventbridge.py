@@ -7,7 +7,11 @@ Guarantees of publish_in_order():
 - a chunk never holds two events of one aggregate, so an aggregate's later event is never accepted
   while an earlier one failed (a failed entry is retried alone; its chunk-mates are other aggregates);
 - retryable failures (throttling, internal errors) are retried with full-jitter backoff while the
-  attempt budget and the invocation's remaining time allow;
+  attempt budget and the caller's time allow;
+- no call, a chunk's first or a retry, is begun unless it can be answered (at worst by its transport's
+  timeouts: aws.longest_put_events_seconds) with aws.ANSWER_SECONDS to spare before the invocation
+  ends, so the relay answers with its checkpoint rather than time out: a chunk there is no time for is
+  left unsent (`out_of_time`), and the position of its first entry is where publishing stands;
 - an entry EventBridge refuses for what it is (`MalformedDetail`, `InvalidArgument`: AWS lists them as
   non-retryable, and no retry or configuration change makes that record acceptable) is reported in
   `rejected`, never counted as published, and does not stop the others: the caller parks it as
@@ -38,6 +42,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -117,6 +122,23 @@ def _outcome(done: Future[Answer]) -> Answer:
         return exc
 
 
+@dataclass(frozen=True, slots=True)
+class _TimeLeft:
+    """What a call may be begun in: the caller's time for publishing (retries only within it), the
+    invocation's (no call begun that could outlast it), and what a call needs of either: its worst case
+    and the answer's margin."""
+
+    publishing: Callable[[], float]
+    invocation: Callable[[], float]
+    call_seconds: float
+
+    def allows_a_call(self) -> bool:
+        return self.invocation() >= self.call_seconds
+
+    def allows_a_retry(self, delay: float) -> bool:
+        return min(self.publishing(), self.invocation()) - delay >= self.call_seconds
+
+
 class _Chunk:
     """One chunk being published: its entries not yet accepted, its attempts, what its calls did, and,
     once done, the first of its positions a failure that remains left unpublished (None: none)."""
@@ -158,20 +180,12 @@ class EventPublisher:
         self._transport = transport  # "sdk" (boto3) or "crt" (adapters.eventbridge_crt, the same contract)
         self._workers: ThreadPoolExecutor | None = None  # for an SDK client: started on first use, kept
 
-    def _retry_delay(self, attempt: int, remaining_seconds: Callable[[], float]) -> float | None:
+    def _retry_delay(self, attempt: int, time_left: _TimeLeft) -> float | None:
         """The wait before retry `attempt` (1-based); None when the budget or the clock says stop."""
         if attempt >= self._max_attempts:
             return None
         delay: float = self._jitter() * min(self._max_delay, self._base_delay * 2**attempt)
-        # A retry is begun only when its call can be answered (at worst by its timeouts) with a second to
-        # spare, so the handler still answers with its batchItemFailures rather than time out: Lambda
-        # would retry the whole batch, what was published included (bisected), poison parked again.
-        if (
-            remaining_seconds() - delay
-            < aws.longest_call_seconds(aws.PUT_EVENTS_ATTEMPTS) + aws.ANSWER_SECONDS
-        ):
-            return None
-        return delay
+        return delay if time_left.allows_a_retry(delay) else None
 
     def _calls(self) -> PutEventsCalls:
         client = aws.put_events_client(self._transport)
@@ -186,16 +200,29 @@ class EventPublisher:
         entries: Sequence[OutboxEntry],
         remaining_seconds: Callable[[], float] = lambda: 60.0,
         on_rejected: OnRejected | None = None,
+        invocation_seconds_left: Callable[[], float] | None = None,
     ) -> PublishResult:
         result = PublishResult()
         chunks = ordered_chunks(entries, self._max_request_bytes)
         schedule = ChunkSchedule(entries, chunks)
         calls = self._calls()
+        # A call is begun only when it can be answered (at worst by its timeouts) with a second to spare,
+        # so the handler still answers with its batchItemFailures rather than time out: Lambda would retry
+        # the whole batch, what was published included (bisected), poison parked again.
+        time_left = _TimeLeft(
+            remaining_seconds,
+            invocation_seconds_left or remaining_seconds,
+            aws.longest_put_events_seconds(self._transport) + aws.ANSWER_SECONDS,
+        )
         answers: queue.SimpleQueue[tuple[_Chunk, Answer]] = queue.SimpleQueue()
         retries: list[tuple[float, int, _Chunk]] = []  # (when, index, chunk): a heap, soonest first
         unsettled = 0  # chunks begun and not settled: in a call, or waiting to retry
         while True:
-            for index in schedule.ready(self._max_in_flight - unsettled):
+            room = self._max_in_flight - unsettled
+            if room and schedule.holds_unsent() and not time_left.allows_a_call():
+                room = 0  # what is unsent stays so, and publishing stands at its first entry
+                result.out_of_time = True
+            for index in schedule.ready(room):
                 unsettled += 1
                 self._begin(calls, entries, _Chunk(index, chunks[index]), answers)
             if not unsettled:
@@ -204,7 +231,7 @@ class EventPublisher:
                 return result
             answered = self._wait(calls, entries, answers, retries, unsettled - len(retries))
             for chunk, answer in sorted(answered, key=lambda pair: pair[0].index):
-                retry_in = self._answered(chunk, answer, remaining_seconds)
+                retry_in = self._answered(chunk, answer, time_left)
                 if retry_in is not None:
                     heapq.heappush(retries, (time.monotonic() + retry_in, chunk.index, chunk))
                     continue
@@ -275,9 +302,7 @@ class EventPublisher:
                 continue
             return [first, *_take_all(answers)]
 
-    def _answered(
-        self, chunk: _Chunk, answer: Answer, remaining_seconds: Callable[[], float]
-    ) -> float | None:
+    def _answered(self, chunk: _Chunk, answer: Answer, time_left: _TimeLeft) -> float | None:
         """Count a call's answer into its chunk: the seconds to wait before retrying the entries still
         failing, or None when the chunk is done (its failed_at set). A failed call's error that is not
         the SDK's is raised here."""
@@ -286,12 +311,12 @@ class EventPublisher:
             result.calls += 1
             code = str(answer.response.get("Error", {}).get("Code", "Unknown"))
             result.count_failure(code)
-            return self._retry_or_fail(chunk, code in RETRYABLE_CALL_CODES, remaining_seconds)
+            return self._retry_or_fail(chunk, code in RETRYABLE_CALL_CODES, time_left)
         if isinstance(answer, BotoCoreError):
             # Connection or timeout: the call may or may not have landed; retrying can duplicate,
             # which consumers absorb, whereas giving up early only delays.
             result.count_failure("ConnectionError")
-            return self._retry_or_fail(chunk, True, remaining_seconds)
+            return self._retry_or_fail(chunk, True, time_left)
         if isinstance(answer, BaseException):
             raise answer
         result.calls += 1
@@ -311,14 +336,12 @@ class EventPublisher:
         if not still_failing:
             return None
         chunk.pending = still_failing
-        return self._retry_or_fail(chunk, retryable, remaining_seconds)
+        return self._retry_or_fail(chunk, retryable, time_left)
 
-    def _retry_or_fail(
-        self, chunk: _Chunk, retryable: bool, remaining_seconds: Callable[[], float]
-    ) -> float | None:
+    def _retry_or_fail(self, chunk: _Chunk, retryable: bool, time_left: _TimeLeft) -> float | None:
         """The wait before retrying the chunk's pending entries, or, when the failure is not retryable or
         the budget or the clock says stop, None with the chunk failed at its first pending entry."""
-        delay = self._retry_delay(chunk.attempt, remaining_seconds) if retryable else None
+        delay = self._retry_delay(chunk.attempt, time_left) if retryable else None
         if delay is None:
             chunk.failed_at = chunk.pending[0]
         return delay

@@ -63,6 +63,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from shop.adapters import aws
+
 if TYPE_CHECKING:
     from shop.adapters.eventbridge import Answer  # the publisher's PutEventsCalls contract
 
@@ -145,7 +147,8 @@ class CrtPutEvents:
         except Exception as exc:  # noqa: BLE001 -- awscrt's errors, whatever their class: nothing was sent
             answer(HTTPClientError(error=exc))
             return
-        call = _Call(answer, time.monotonic() + self._connect_timeout + _CONNECT_GRACE_SECONDS)
+        # awscrt times the connect itself; past its timeout by the grace, the call is answered whatever it did
+        call = _Call(answer, time.monotonic() + self._connect_timeout + aws.CRT_CONNECT_GRACE_SECONDS)
         with self._lock:
             self._calls.add(call)
         while self._idle:
@@ -288,11 +291,6 @@ class CrtPutEvents:
     def _forget(self, call: _Call) -> None:
         with self._lock:
             self._calls.discard(call)
-
-
-# awscrt times the connect itself (the socket's connect timeout); past it by this much, the call is
-# answered with a connect timeout whatever awscrt did.
-_CONNECT_GRACE_SECONDS = 1.0
 
 
 class _Call:

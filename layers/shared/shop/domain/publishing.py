@@ -24,6 +24,9 @@ class PublishResult:
     # The entry whose failure stopped publishing (at or after first_unpublished: an entry before it may be
     # unsent, its chunk waiting on the failed one's).
     first_failed: int | None = None
+    # Chunks were left unsent: too little of the invocation was left for their calls to be answered. With
+    # no failure, first_unpublished is where the time ran out, and nothing failed there.
+    out_of_time: bool = False
     calls: int = 0
     failures_by_code: dict[str, int] = field(default_factory=dict)
     accepted_positions: list[int] = field(default_factory=list)
@@ -65,12 +68,15 @@ class OutboxPublisher(Protocol):
         entries: Sequence[OutboxEntry],
         remaining_seconds: Callable[[], float] = ...,
         on_rejected: OnRejected | None = None,
+        invocation_seconds_left: Callable[[], float] | None = None,
     ) -> PublishResult:
         """Publish each aggregate's entries in input order; stop at the first failure that remains
         (its position is the result's first_failed; first_unpublished, at or before it, is where
         publishing stands: every entry before it is on the bus or put away); report entries refused
         for what they are in `rejected`, and hand each to `on_rejected` (when given) unless an entry
-        before it failed."""
+        before it failed. `remaining_seconds`: the caller's time for publishing (retries within it);
+        `invocation_seconds_left` (default: the same): no call is begun that could be answered after
+        it, and entries left unsent for that are where publishing stands (`out_of_time`)."""
 
 
 # Earlier chunks an entry may still join: enough to fill every chunk a batch leaves short, few enough
@@ -155,6 +161,10 @@ class ChunkSchedule:
                 unsent.append(index)
         self._unsent = unsent
         return ready
+
+    def holds_unsent(self) -> bool:
+        """Whether chunks are still unsent (waiting, or past a failure)."""
+        return bool(self._unsent)
 
     def settle(self, index: int, failed_at: int | None = None) -> None:
         """A sent chunk is done: every entry on the bus or put away, or the first that is not."""

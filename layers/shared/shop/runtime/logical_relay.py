@@ -166,12 +166,14 @@ def _publish_within(
     *,
     max_event_bytes: int,
     seconds_left: Callable[[], float],
+    invocation_seconds_left: Callable[[], float],
     slice_rows: int,
     on_parked: Callable[[OutboxRow, str], None],
 ) -> tuple[PublishOutcome[OutboxRow], bool]:
     """Publish `rows` a slice at a time while the round has time: always the first slice (a round makes
-    progress), and none after a slice that left a row unpublished (nothing may overtake it). Returns the
-    outcome and whether rows were left for lack of time."""
+    progress: the round's time bounds only its retries, the invocation's every call), and none after a
+    slice that left a row unpublished (nothing may overtake it). Returns the outcome and whether rows were
+    left for lack of time."""
     total = PublishOutcome[OutboxRow]()
     for start in range(0, len(rows), slice_rows):
         if start and seconds_left() <= 0:
@@ -183,10 +185,11 @@ def _publish_within(
             max_event_bytes=max_event_bytes,
             remaining_seconds=seconds_left,
             on_parked=on_parked,
+            invocation_seconds_left=invocation_seconds_left,
         )
         total.add(part)
         if part.left_pending:
-            break
+            return total, part.out_of_time
     return total, False
 
 
@@ -249,6 +252,7 @@ def relay_slot_round(
                 poison_sink,
                 max_event_bytes=max_event_bytes,
                 seconds_left=seconds_left,
+                invocation_seconds_left=remaining_seconds,
                 set_rows=set_rows,
                 spill_rows=spill_rows,
                 slice_rows=slice_rows,
@@ -291,6 +295,7 @@ def _round(
     *,
     max_event_bytes: int,
     seconds_left: Callable[[], float],
+    invocation_seconds_left: Callable[[], float],
     set_rows: int,
     spill_rows: int,
     slice_rows: int,
@@ -348,6 +353,7 @@ def _round(
         poison_sink,
         max_event_bytes=max_event_bytes,
         seconds_left=seconds_left,
+        invocation_seconds_left=invocation_seconds_left,
         slice_rows=slice_rows,
         on_parked=park,
     )

@@ -60,6 +60,8 @@ class PublishOutcome[Source]:
     # More is ready than the round took (its share of the invocation, a window of the log, a spilled
     # transaction): the next round starts at once, without the idle pause.
     backlog: bool = False
+    # Events were left unsent: too little of the invocation was left for a PutEvents call to be answered.
+    out_of_time: bool = False
 
     def add(self, other: PublishOutcome[Source]) -> None:
         """Count another slice of the same round into this one."""
@@ -67,6 +69,7 @@ class PublishOutcome[Source]:
         self.published.extend(other.published)
         self.parked.extend(other.parked)
         self.put_events_calls += other.put_events_calls
+        self.out_of_time = self.out_of_time or other.out_of_time
         for code, count in other.failures_by_code.items():
             self.failures_by_code[code] = self.failures_by_code.get(code, 0) + count
 
@@ -119,10 +122,12 @@ def publish_entries[Source: Parkable](
     remaining_seconds: Callable[[], float],
     on_parked: Callable[[Source, str], None] = _ignore_parked,
     park_seconds_left: Callable[[], float] = lambda: math.inf,
+    invocation_seconds_left: Callable[[], float] | None = None,
 ) -> PublishResult:
     """Publish the batch's entries in order, counting into `outcome`; an entry the bus rejects for what it
     is is parked whole. Returns the publisher's result: its first_unpublished is the position in `batch`
-    publishing stopped at."""
+    publishing stopped at. `invocation_seconds_left`: the publisher begins no call that could be answered
+    after it (default: remaining_seconds)."""
 
     def park_rejected(position: int, code: str, message: str) -> bool:
         source = batch[position][0]
@@ -135,8 +140,11 @@ def publish_entries[Source: Parkable](
         outcome.parked.append(record)
         return True
 
-    result = publisher.publish_in_order([entry for _, entry in batch], remaining_seconds, park_rejected)
+    result = publisher.publish_in_order(
+        [entry for _, entry in batch], remaining_seconds, park_rejected, invocation_seconds_left
+    )
     outcome.put_events_calls += result.calls
+    outcome.out_of_time = outcome.out_of_time or result.out_of_time
     for code, count in result.failures_by_code.items():
         outcome.failures_by_code[code] = outcome.failures_by_code.get(code, 0) + count
     outcome.published.extend(batch[position] for position in sorted(result.accepted_positions))
@@ -151,11 +159,13 @@ def publish_and_park[Source: OrderedOutboxEvent](
     max_event_bytes: int,
     remaining_seconds: Callable[[], float],
     on_parked: Callable[[Source, str], None],
+    invocation_seconds_left: Callable[[], float] | None = None,
 ) -> tuple[PublishOutcome[Source], tuple[Source, str] | None]:
     """Publish events given in publishing order (each order's events in sequence), parking poison whole.
     Returns the outcome and, when publishing stopped at a failure, the event that failed with the error
     (it and its order's later events are not on the bus; other orders' events before or after it may
-    not be, or be: the outcome says which are)."""
+    not be, or be: the outcome says which are). Events left unsent for lack of time (the outcome's
+    out_of_time) did not fail: they wait, in order."""
     outcome = PublishOutcome[Source](taken=len(events))
     held_back: set[str] = set()  # orders whose earlier event could not be parked
     batch: list[tuple[Source, OutboxEntry]] = []
@@ -173,9 +183,21 @@ def publish_and_park[Source: OrderedOutboxEvent](
         else:
             held_back.add(event.aggregate_id)
     result = publish_entries(
-        batch, publisher, poison_sink, outcome, remaining_seconds=remaining_seconds, on_parked=on_parked
+        batch,
+        publisher,
+        poison_sink,
+        outcome,
+        remaining_seconds=remaining_seconds,
+        on_parked=on_parked,
+        invocation_seconds_left=invocation_seconds_left,
     )
     if result.failed_position is None:
+        return outcome, None
+    if result.first_failed is None and result.out_of_time:
+        logger.info(
+            "too little time left to publish; the rest waits, in order",
+            extra={"event_id": batch[result.failed_position][1].event_id},
+        )
         return outcome, None
     # Recorded on the entry that failed (an entry before it may be unsent only because its call waited
     # for the failed one's).

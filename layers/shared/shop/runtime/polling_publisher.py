@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from shop.adapters import aws
 from shop.adapters.postgres.connection import Database
 from shop.adapters.postgres.outbox import (
     OutboxRow,
@@ -38,6 +39,7 @@ from shop.adapters.postgres.outbox import (
 from shop.domain.errors import ServiceBusy
 from shop.domain.poison import PoisonSink
 from shop.domain.publishing import OutboxPublisher, whole_calls
+from shop.runtime.config import PUBLISH_TRANSPORTS
 from shop.runtime.observability import logger, metrics
 from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park, publish_lags, record_metrics
 
@@ -47,7 +49,9 @@ from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park, pub
 MAX_ORDERS_PER_ROUND = 500
 IDLE_PAUSE_SECONDS = 0.2  # between empty rounds: the lag while idle, and the queries it costs
 FAILURE_PAUSE_SECONDS = 1.0  # after a round that stopped at a failure: let the bus or database recover
-RESERVE_SECONDS = 5.0  # a round never starts in the invocation's last seconds
+# A round never starts in the invocation's last seconds: those in which a PutEvents call, through either
+# transport, could still be unanswered when the invocation ends (the publisher would begin none).
+RESERVE_SECONDS = max(aws.longest_put_events_seconds(t) for t in PUBLISH_TRANSPORTS) + aws.ANSWER_SECONDS
 
 
 def publish_pending_round(
@@ -95,7 +99,8 @@ def poll_outbox(
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> PollTotals:
-    """Run rounds until the invocation's last seconds; pause between empty or failed rounds."""
+    """Run rounds until the invocation's last seconds (or a round that had too little of it left for a
+    PutEvents call); pause between empty or failed rounds."""
     totals = PollTotals()
     while seconds_left() > RESERVE_SECONDS:
         try:
@@ -115,6 +120,8 @@ def poll_outbox(
             record_metrics(outcome, batch_size=outcome.taken)
             for lag in publish_lags(outcome, lambda row, _: row.created_at):
                 metrics.add_metric(name="PublishLag", unit=MetricUnit.Milliseconds, value=lag)
+        if outcome.out_of_time:
+            break  # no PutEvents call could be answered before the invocation ends: the next one goes on
         if outcome.left_pending:
             sleep(FAILURE_PAUSE_SECONDS)
         elif not outcome.taken and not outcome.backlog:

@@ -134,7 +134,9 @@ def _publish_segment(
     # The event that failed; the checkpoint may lie before it (an event whose call waited for its call's).
     failed_entry = segment[result.failed_position][1]
     logger.warning(
-        "publish failed; checkpointing",
+        "too little time left; checkpointing"
+        if result.first_failed is None and result.out_of_time
+        else "publish failed; checkpointing",
         extra={
             "event_id": failed_entry.event_id,
             "correlation_id": failed_entry.correlation_id,
