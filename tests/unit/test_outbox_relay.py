@@ -393,6 +393,45 @@ def test_a_naive_timestamp_is_poison_before_publishing_not_an_error_after_it(
     assert "offset" in parked["reason"]
 
 
+def test_an_event_whose_source_eventbridge_reserves_for_aws_is_parked_and_the_rest_published(
+    faulty_bus, bus, poison_queue, invoke
+):
+    """EventBridge's event structure: "Customer-generated events can have any value here, as long as it
+    doesn't begin with aws.". No retry or permission makes such an event publishable, so it is poison;
+    sent, its refusal held the shard as a failure of the account's configuration until its age limit."""
+    batch = outbox_stream_records(3)
+    envelope = json.loads(batch[1]["dynamodb"]["NewImage"]["envelope"]["S"])
+    poison_envelope(batch[1], json.dumps({**envelope, "source": "aws.orders"}))
+
+    assert relay(invoke, batch) == []
+
+    assert event_id(batch[1]) not in faulty_bus.sent_ids()
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted([event_id(batch[0]), event_id(batch[2])])
+    [parked] = poison_queue()
+    assert (parked["eventId"], parked["details"]) == (event_id(batch[1]), {"source": "aws.orders"})
+
+
+def test_a_stored_trace_header_longer_than_put_events_takes_is_left_out_and_the_event_published(
+    faulty_bus, bus, poison_queue, invoke
+):
+    """PutEvents' TraceHeader holds at most 500 characters, and a longer one fails the whole call (every
+    entry in it), on every retry: the shard held. Tracing is best effort: the event goes without it."""
+    batch = outbox_stream_records(
+        3, trace_header="Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8"
+    )
+    batch[1]["dynamodb"]["NewImage"]["traceHeader"] = {
+        "S": "Root=1-5759e988-bd862e3fe1be46a994272793;" + "x" * 500
+    }
+
+    assert relay(invoke, batch) == []
+
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(event_id(r) for r in batch)
+    # It went with its envelope's traceparent instead: the same trace as its neighbours'
+    assert len({entry["TraceHeader"] for entry in faulty_bus.entries}) == 1
+    assert len(faulty_bus.entries[1]["TraceHeader"]) <= 500
+    assert poison_queue() == []
+
+
 def test_an_entry_eventbridge_rejects_for_what_it_is_is_parked_and_the_rest_published(
     faulty_bus, bus, poison_queue, invoke
 ):

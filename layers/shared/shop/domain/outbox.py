@@ -8,10 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shop.domain.envelope import CloudEvent, entry_size
+from shop.domain.envelope import CloudEvent, echoed, entry_size
 from shop.domain.envelope import ensure_publishable as ensure_publishable  # where it is defined: see there
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.tracing import from_traceparent
+
+# What PutEvents refuses whatever the retry: a TraceHeader longer than this (its request model's limit: a
+# validation error of the whole call, every entry in it), and a Source starting with this prefix ("All
+# events that come from AWS services begin with aws. Customer-generated events can have any value here, as
+# long as it doesn't begin with aws.": EventBridge's event structure reference).
+LONGEST_TRACE_HEADER = 500
+RESERVED_SOURCE_PREFIX = "aws."
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,13 @@ def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None =
         ) from exc
     if size > max_event_bytes:
         raise InvalidEnvelope("event exceeds the event bus size limit", {"eventBytes": size})
+    if event.source.startswith(RESERVED_SOURCE_PREFIX):
+        raise InvalidEnvelope(
+            "attribute source starts with aws., which EventBridge reserves for AWS services",
+            {"source": echoed(event.source)},
+        )
+    if trace_header is not None and len(trace_header) > LONGEST_TRACE_HEADER:
+        trace_header = None  # tracing is best effort: the event goes without it (or with its traceparent's)
     return OutboxEntry(
         event_id=event.id,
         source=event.source,
