@@ -448,23 +448,41 @@ def seed_stock(repository: DynamoInventoryRepository, stock: list[dict[str, Any]
         repository.set_stock(str(line["sku"]), int(line["available"]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--stack-name", help="read names from this CloudFormation stack's outputs")
+def _add_common_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
+    """The options every command reads: where the names come from, and the bus and poison queue."""
+    parser.add_argument(
+        "--stack-name", default=default, help="read names from this CloudFormation stack's outputs"
+    )
     parser.add_argument(
         "--local",
         action="store_true",
+        default=False if default is None else default,
         help="act on the running local stack (make local) on port PORT (default 3000) instead: its outputs "
         "and endpoints (operations/local_stack.py)",
     )
-    parser.add_argument("--bus", help="event bus name (default: stack output EventBusName)")
-    parser.add_argument("--poison-queue-url", help="default: stack output RelayPoisonQueueUrl")
+    parser.add_argument("--bus", default=default, help="event bus name (default: stack output EventBusName)")
+    parser.add_argument(
+        "--poison-queue-url", default=default, help="default: stack output RelayPoisonQueueUrl"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    _add_common_options(parser)
     commands = parser.add_subparsers(dest="command", required=True)
-    p_redrive = commands.add_parser("redrive", help="republish the batches in the relay dead-letter queue")
+    # The common options are taken after the command too (`redrive --stack-name NAME`); given there, they
+    # win; not given there, they leave what was given before the command alone (SUPPRESS).
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common_options(common, default=argparse.SUPPRESS)
+
+    def command(name: str, **options: Any) -> argparse.ArgumentParser:
+        return commands.add_parser(name, parents=[common], **options)
+
+    p_redrive = command("redrive", help="republish the batches in the relay dead-letter queue")
     p_redrive.add_argument("--queue-url", help="default: stack output RelayDeadLetterQueueUrl")
     p_redrive.add_argument("--max-messages", type=int, default=1000)
     p_redrive.set_defaults(run=redrive)
-    p_dlq = commands.add_parser(
+    p_dlq = command(
         "redrive-dlq",
         help="move a consumer dead-letter queue's messages back to its queue (as SQS's DLQ redrive does)",
     )
@@ -486,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         "delivered (OutboxTtlDays + 19 days, less the queue's retention): a notification may repeat",
     )
     p_dlq.set_defaults(run=redrive_dead_letters)
-    p_poison = commands.add_parser(
+    p_poison = command(
         "redrive-poison", help="republish records the relay parked (after fixing why they failed)"
     )
     p_poison.add_argument("--max-messages", type=int, default=1000)
@@ -502,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         "(repeatable)",
     )
     p_poison.set_defaults(run=redrive_poison)
-    p_discard = commands.add_parser(
+    p_discard = command(
         "discard-poison",
         help="OrderStore=postgres: record that parked rows are never to be published (a dry run unless "
         "--execute)",
@@ -514,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         "--order-store-function", help="default: stack output OrderStoreMaintenanceFunctionName"
     )
     p_discard.set_defaults(run=discard_poison)
-    p_slot = commands.add_parser(
+    p_slot = command(
         "recover-slot",
         help="PostgresRelay=logical: recreate a lost replication slot and republish the gap (dry run unless "
         "--execute)",
@@ -535,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         "--order-store-function", help="default: stack output OrderStoreMaintenanceFunctionName"
     )
     p_slot.set_defaults(run=recover_slot)
-    p_replay = commands.add_parser("replay", help="republish outbox events from a table")
+    p_replay = command("replay", help="republish outbox events from a table")
     p_replay.add_argument("--table", help="default: stack output OrdersTableName")
     p_replay.add_argument(
         "--order-store-function",
@@ -556,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also republish events past their expiresAt, which consumers may no longer remember",
     )
     p_replay.set_defaults(run=replay)
-    p_seed = commands.add_parser("seed", help="set stock levels from a seed file")
+    p_seed = command("seed", help="set stock levels from a seed file")
     p_seed.add_argument("--table", help="default: stack output InventoryTableName")
     p_seed.add_argument("--file", default="tools/local/seed.json", help='{"stock": [{"sku", "available"}]}')
     p_seed.set_defaults(run=seed)

@@ -1108,6 +1108,31 @@ def test_seed_sets_each_skus_stock_in_the_table_the_stack_names(template, settin
     assert (repository.available("SKU-A"), repository.available("SKU-B")) == (7, 0)
 
 
+@pytest.mark.parametrize("where", ["before the command", "after the command"])
+def test_the_common_options_are_taken_before_or_after_the_command(
+    template, settings, tmp_path, monkeypatch, where
+):
+    # As the module's help shows them: `python -m operations seed --stack-name NAME --file ...`
+    seed_file = tmp_path / "seed.json"
+    seed_file.write_text(json.dumps({"stock": [{"sku": "SKU-A", "available": 5}]}))
+    table = template.physical_name("InventoryTable")
+    stack = stack_with_outputs({"InventoryTableName": table})
+    command = ["seed", "--file", str(seed_file)]
+    common = ["--stack-name", stack]
+
+    argv = [*common, *command] if where == "before the command" else [*command, *common]
+    assert outbox_admin(argv) == 0
+    repository = DynamoInventoryRepository(Settings.from_env({"INVENTORY_TABLE_NAME": table}))
+    assert repository.available("SKU-A") == 5
+
+    # --local too: read, then refused because no local stack runs on that port (not "unrecognized")
+    monkeypatch.setenv("PORT", "1")
+    local = ["--local"]
+    argv = [*local, *command] if where == "before the command" else [*command, *local]
+    with pytest.raises(SystemExit, match="no local stack runs on port 1"):
+        outbox_admin(argv)
+
+
 def test_a_name_given_on_the_command_line_wins_over_the_stacks_and_none_at_all_is_an_error(
     template, settings, tmp_path
 ):
