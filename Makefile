@@ -185,8 +185,9 @@ redrive-dlq: $(STAMP) ## move a consumer's DLQ back to its queue (CONSUMER=Inven
 redrive-poison: $(STAMP) ## republish records the relay parked, once they decode (STACK=<stack name>)
 	$(ADMIN) redrive-poison
 
-replay: $(STAMP) ## republish outbox events (STACK=, FROM= TO= or EVENT_ID=; INCLUDE_EXPIRED=1 past expiresAt)
+replay: $(STAMP) ## republish outbox events of every outbox table (STACK=, FROM= TO= or EVENT_ID=; TABLE= one table only; INCLUDE_EXPIRED=1 past expiresAt)
 	$(ADMIN) replay $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(EVENT_ID),--event-id $(EVENT_ID)) \
+	  $(if $(TABLE),--table $(TABLE)) \
 	  $(if $(INCLUDE_EXPIRED),--include-expired)
 
 seed: $(STAMP) ## set stock levels from tools/local/seed.json (STACK=<stack name>)

@@ -1,6 +1,6 @@
-"""Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the table,
-move a consumer dead-letter queue's messages back to its queue, and (OrderStore=postgres) decide on
-parked rows and recover a lost replication slot.
+"""Operator commands for the outbox: redrive the relay dead-letter queue, replay events from the outbox
+tables, move a consumer dead-letter queue's messages back to its queue, and (OrderStore=postgres) decide
+on parked rows and recover a lost replication slot.
 
     python -m operations redrive --stack-name NAME            # or --queue-url/--bus
     python -m operations redrive-poison --stack-name NAME     # records the relay parked
@@ -10,8 +10,9 @@ parked rows and recover a lost replication slot.
     python -m operations replay --stack-name NAME --from 2026-11-21T10:00:00Z --to ...
     python -m operations replay --stack-name NAME --event-id ID [--event-id ID ...] [--include-expired]
         [--from T] [--to T]   (DynamoDB: the hours to look for the events in; default the republish window)
-        (OrderStore=postgres: the stack's maintenance function makes the rows pending again and waits
-        for the polling publisher to republish them; the report says what is back on the bus)
+        (every outbox table of the stack: the orders' and the inventory's; --table TABLE: that one alone.
+        OrderStore=postgres: the order database too, whose maintenance function makes the rows pending
+        again and waits for the relay to republish them; the report says what is back on the bus)
     python -m operations seed --stack-name NAME --file tools/local/seed.json
   OrderStore=postgres only (the database is in a private VPC: these invoke the stack's maintenance
   function, output OrderStoreMaintenanceFunctionName, or --order-store-function):
@@ -61,6 +62,10 @@ from shop.runtime.config import Settings
 # from the operator's shell: an event the stack accepts must not be called poison here.
 CONSUMERS = ("Inventory", "OrderStatus", "Notification")  # their stack outputs' prefixes
 STACK_SETTINGS = {"MaxEventBytes": "MAX_EVENT_BYTES", "OutboxTtlDays": "OUTBOX_TTL_DAYS"}
+# The stack's outputs that name its outbox tables, which replay reads (template.yaml's OutboxTables: the
+# orders' and the inventory's, whatever the OrderStore; tests/unit/test_recovery.py holds the two to each
+# other). With OrderStore=postgres the orders' events are in the order database too.
+OUTBOX_TABLE_OUTPUTS = ("OrdersTableName", "InventoryTableName")
 
 
 _described: dict[str, dict[str, Any]] = {}  # one DescribeStacks per stack and command (main clears it)
@@ -318,25 +323,30 @@ def _order_store_function(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _replay_order_database(function_name: str, args: argparse.Namespace) -> int:
+def _replay_tables(args: argparse.Namespace) -> list[str]:
+    """The outbox tables a replay reads: --table, or every outbox table of the stack."""
+    if args.table:
+        return [str(args.table)]
+    if args.stack_name:
+        return [stack_output(args.stack_name, output) for output in OUTBOX_TABLE_OUTPUTS]
+    return []
+
+
+def _replay_order_database(function_name: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """OrderStore=postgres: the database is in a private VPC, so the replay runs in the maintenance
-    function there (shop.runtime.order_store_replay); this prints its report."""
-    request: dict[str, Any] = (
-        {"eventIds": args.event_id} if args.event_id else {"from": args.start, "to": args.end}
-    )
-    if args.include_expired:
-        request["includeExpired"] = True
+    function there (shop.runtime.order_store_replay); this prints its report and returns it (None, said
+    on stderr, when the function failed)."""
     response = boto3.client("lambda").invoke(
         FunctionName=function_name, Payload=json.dumps({"replay": request}).encode()
     )
     payload = json.loads(response["Payload"].read() or b"null")
     if "FunctionError" in response or not isinstance(payload, dict):
         print(f"error: {function_name} failed: {json.dumps(payload)[:1000]}", file=sys.stderr)
-        return 1
+        return None
     if "error" in payload:
         raise SystemExit(f"error: {payload['error']['message']}")
     print(json.dumps({"store": "postgres", "function": function_name, **payload}))
-    return 0 if payload.get("complete") is True else 1
+    return payload
 
 
 def _time(option: str, text: str | None) -> datetime | None:
@@ -356,26 +366,59 @@ def replay(args: argparse.Namespace) -> int:
     if start is not None and end is not None and start > end:
         raise SystemExit(f"error: --from {args.start} is after --to {args.end}")
     function_name = _order_store_function(args)
-    if function_name is not None:
-        return _replay_order_database(function_name, args)
-    table = _resolve(args, "table", "OrdersTableName")
-    recovery = _recovery(args)
+    tables = _replay_tables(args)
+    if function_name is None and not tables:
+        raise SystemExit("error: give --table or --stack-name (or --local)")
+    expired = {"includeExpired": True} if args.include_expired else {}
     if args.event_id:
-        # With --from/--to too: the hours the events' items are looked for in (default: the republish
-        # window, OutboxRecovery.replay_events)
-        report = recovery.replay_events(
-            table,
-            args.event_id,
-            include_expired=args.include_expired,
-            written_from=start,
-            written_to=end,
-        )
-    else:
-        assert start is not None  # both given: checked above
-        assert end is not None
-        report = recovery.replay_window(table, start, end, include_expired=args.include_expired)
-    _print(report, table=table)
-    return 0 if report.all_on_bus else 1
+        return _replay_events(args, tables, function_name, start, end, expired)
+    assert start is not None  # both given: checked above
+    assert end is not None
+    complete = True
+    if function_name is not None:
+        answer = _replay_order_database(function_name, {"from": args.start, "to": args.end, **expired})
+        complete = answer is not None and answer.get("complete") is True
+    if tables:
+        report = _recovery(args).replay_window(tables, start, end, include_expired=args.include_expired)
+        _print(report, tables=tables)
+        complete = complete and report.all_on_bus
+    return 0 if complete else 1
+
+
+def _replay_events(
+    args: argparse.Namespace,
+    tables: list[str],
+    function_name: str | None,
+    start: datetime | None,
+    end: datetime | None,
+    expired: dict[str, Any],
+) -> int:
+    """Each event from the outbox table that holds it; with an order database, those in no table from
+    there. One found nowhere is named with every place it was looked for in."""
+    wanted = list(dict.fromkeys(args.event_id))
+    recovery = _recovery(args) if tables else None
+    # With --from/--to: the hours the events' items are looked for in the tables (default: the republish
+    # window, OutboxRecovery.find_events)
+    search = recovery.find_events(tables, wanted, written_from=start, written_to=end) if recovery else None
+    complete = True
+    if function_name is not None:
+        elsewhere = [e for e in wanted if search is None or e not in search.found]
+        if elsewhere:
+            answer = _replay_order_database(function_name, {"eventIds": elsewhere, **expired})
+            complete = answer is not None and answer.get("complete") is True
+            unknown = answer.get("missing") if answer is not None else None
+            if unknown and tables:
+                print(
+                    f"error: not in the order database nor in {' or '.join(tables)} (unknown, or deleted by "
+                    f"TTL): {', '.join(map(str, unknown))}",
+                    file=sys.stderr,
+                )
+        wanted = [e for e in wanted if e not in elsewhere]
+    if recovery is not None and search is not None and wanted:
+        report = recovery.replay_found(search, wanted, include_expired=args.include_expired)
+        _print(report, tables=tables)
+        complete = complete and report.all_on_bus
+    return 0 if complete else 1
 
 
 def discard_poison(args: argparse.Namespace) -> int:
@@ -553,8 +596,14 @@ def main(argv: list[str] | None = None) -> int:
         "--order-store-function", help="default: stack output OrderStoreMaintenanceFunctionName"
     )
     p_slot.set_defaults(run=recover_slot)
-    p_replay = command("replay", help="republish outbox events from a table")
-    p_replay.add_argument("--table", help="default: stack output OrdersTableName")
+    p_replay = command(
+        "replay", help="republish outbox events from the outbox tables (and the order database, if any)"
+    )
+    p_replay.add_argument(
+        "--table",
+        help="only this outbox table (default: every outbox table of the stack, outputs "
+        f"{' and '.join(OUTBOX_TABLE_OUTPUTS)}, and with OrderStore=postgres the order database)",
+    )
     p_replay.add_argument(
         "--order-store-function",
         help="OrderStore=postgres: the maintenance function that replays the order database "

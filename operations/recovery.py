@@ -5,9 +5,10 @@ Redrive reads a relay dead-letter message (metadata only: stream, shard, sequenc
 reads that exact range back from the stream and republishes its outbox events. When the stream no
 longer holds the range (24 h retention), it falls back to the outbox time index of the table, over
 the batch's arrival window plus a margin: a superset, which is safe because consumers deduplicate on
-event id. Replay republishes the outbox events of a time window, or given event ids, from the table:
-both through the OutboxByTime index, an event id by the buckets of the shard its id hashes to
-(operations/outbox_index.py); an id not found there is named in `missing`.
+event id. Replay republishes the outbox events of a time window, or given event ids, from the outbox
+tables (the orders' and the inventory's: a replay reads every one it is given): both through the
+OutboxByTime index, an event id by the buckets of the shard its id hashes to (operations/outbox_index.py);
+an id found in none of them is named in `missing`, with every table it was looked for in.
 
 A report is complete only when every record the message or window stands for was found and either
 accepted by PutEvents or parked as poison. Whatever cannot be shown is named in `missing`:
@@ -143,6 +144,17 @@ class RecoveryReport:
 
 
 @dataclass
+class EventSearch:
+    """Where replay by event id looked (its tables, the hours between oldest and newest) and what it found
+    there: each event's table and the key of its outbox item."""
+
+    tables: tuple[str, ...]
+    oldest: datetime
+    newest: datetime
+    found: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass
 class _StreamRead:
     changes: list[StreamChange]
     reached_end: bool
@@ -230,7 +242,7 @@ class OutboxRecovery:
                 f"{batch.start_sequence_number}..{batch.end_sequence_number} cannot be shown republished"
             )
             return report
-        report = self.replay_window(batch.table_name, start, end)
+        report = self.replay_window([batch.table_name], start, end)
         report.expected = batch.batch_size
         if report.found < batch.batch_size:
             report.missing.append(
@@ -398,8 +410,10 @@ class OutboxRecovery:
         return self._clock() - self._ttl
 
     def replay_window(
-        self, table: str, start: datetime, end: datetime, *, include_expired: bool = False
+        self, tables: Sequence[str], start: datetime, end: datetime, *, include_expired: bool = False
     ) -> RecoveryReport:
+        """Republish the outbox events written between start and end to any of `tables`, in one publish
+        order (each aggregate's events are in one table: a service writes its own)."""
         report = RecoveryReport(source="table")
         horizon = self._ttl_horizon()
         if start < horizon:
@@ -407,39 +421,75 @@ class OutboxRecovery:
                 f"the window starts at {start.isoformat()}, before the outbox TTL horizon "
                 f"{horizon.isoformat()}: events written before it may have been deleted"
             )
-        item_keys = outbox_index.keys_written_between(table, start, end, self._time_shards)
-        images = self._get_items(table, item_keys, report)
+        images: list[dict[str, Any]] = []
+        for table in tables:
+            item_keys = outbox_index.keys_written_between(table, start, end, self._time_shards)
+            images.extend(self._get_items(table, item_keys, report))
         return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
 
     def replay_events(
         self,
-        table: str,
+        tables: Sequence[str],
         event_ids: list[str],
         *,
         include_expired: bool = False,
         written_from: datetime | None = None,
         written_to: datetime | None = None,
     ) -> RecoveryReport:
-        """Republish these events from `table`. Each is looked for in OutboxByTime where its item can be
-        (find_outbox_items): by default in the hours of the republish window, plus the days DynamoDB
-        may keep an expired item, plus an hour of writers' clock skew; `written_from`/`written_to`
-        search other hours instead (an item whose window outlived a lowered OutboxTtlDays)."""
+        """Republish these events from whichever of `tables` holds each (find_events, then replay_found)."""
+        search = self.find_events(tables, event_ids, written_from=written_from, written_to=written_to)
+        return self.replay_found(search, event_ids, include_expired=include_expired)
+
+    def find_events(
+        self,
+        tables: Sequence[str],
+        event_ids: list[str],
+        *,
+        written_from: datetime | None = None,
+        written_to: datetime | None = None,
+    ) -> EventSearch:
+        """Where each of these events' outbox item is, in the first of `tables` that holds it. Each is
+        looked for in OutboxByTime where its item can be (find_outbox_items): by default in the hours of
+        the republish window, plus the days DynamoDB may keep an expired item, plus an hour of writers'
+        clock skew; `written_from`/`written_to` search other hours instead (an item whose window
+        outlived a lowered OutboxTtlDays)."""
+        now = self._clock()
+        search = EventSearch(
+            tables=tuple(tables),
+            oldest=written_from or now - self._ttl - _EXPIRED_ITEMS_LINGER,
+            newest=written_to or now + _WRITER_CLOCK_SKEW,
+        )
+        for table in search.tables:
+            pending = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in search.found]
+            if not pending:
+                break
+            for event_id, key in self.find_outbox_items(table, pending, search.oldest, search.newest).items():
+                search.found[event_id] = (table, key)
+        return search
+
+    def replay_found(
+        self, search: EventSearch, event_ids: list[str], *, include_expired: bool = False
+    ) -> RecoveryReport:
+        """Republish these events from where `search` found them; one it did not find is named in
+        `missing`, with every table and the hours it was looked for in."""
         wanted = list(dict.fromkeys(event_ids))
         report = RecoveryReport(source="table", expected=len(wanted))
-        now = self._clock()
-        oldest = written_from or now - self._ttl - _EXPIRED_ITEMS_LINGER
-        newest = written_to or now + _WRITER_CLOCK_SKEW
-        found = self.find_outbox_items(table, wanted, oldest, newest)
         for event_id in wanted:
-            if event_id not in found:
+            if event_id not in search.found:
                 report.missing.append(
-                    f"event {event_id} is not in {table} (unknown, or deleted by TTL): no outbox item of it "
-                    f"in the OutboxByTime buckets of its shard "
+                    f"event {event_id} is not in {' or '.join(search.tables)} (unknown, or deleted by TTL): "
+                    f"no outbox item of it in the OutboxByTime buckets of its shard "
                     f"({keys.outbox_time_shard(event_id, self._time_shards)}) written between "
-                    f"{oldest.isoformat()} and {newest.isoformat()}; if it was written at another time, "
-                    "give that window (--from/--to) with --event-id"
+                    f"{search.oldest.isoformat()} and {search.newest.isoformat()}; if it was written at "
+                    "another time, give that window (--from/--to) with --event-id"
                 )
-        images = self._get_items(table, [found[e] for e in wanted if e in found], report)
+        images: list[dict[str, Any]] = []
+        for table in search.tables:
+            item_keys = [
+                search.found[e][1] for e in wanted if e in search.found and search.found[e][0] == table
+            ]
+            if item_keys:
+                images.extend(self._get_items(table, item_keys, report))
         return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
 
     def find_outbox_items(

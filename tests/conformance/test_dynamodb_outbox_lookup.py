@@ -134,7 +134,7 @@ def test_replay_by_event_id_finds_items_of_either_shape_through_pages_that_match
     monkeypatch.setattr(shop.adapters.aws, "dynamodb", lambda: client)
     wanted = [events[0].id, events[38].id, events[39].id, "no-such-event"]
 
-    report = replay.replay_events(orders_table, wanted)
+    report = replay.replay_events([orders_table], wanted)
 
     assert sorted(event_id for _, _, event_id in bus.accepted) == sorted(wanted[:3])
     assert (report.found, report.published) == (3, 3)

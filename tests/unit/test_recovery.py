@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 import operations.outbox_index
 import operations.recovery
 import shop.adapters.aws
+import shop.domain.envelope
 from operations.admin import main as outbox_admin
 from operations.recovery import (
     FailedStreamBatch,
@@ -27,12 +28,13 @@ from operations.recovery import (
 from shop.adapters.dynamodb import keys
 from shop.adapters.dynamodb.inventory_repository import DynamoInventoryRepository
 from shop.adapters.dynamodb.order_repository import DynamoOrderRepository
-from shop.adapters.dynamodb.outbox_items import outbox_item, poison_record
+from shop.adapters.dynamodb.outbox_items import decode_outbox_image, outbox_item, poison_record
 from shop.adapters.eventbridge import RECORD_REJECTED_CODES, EventPublisher
 from shop.adapters.poison_queue import PoisonQueue, checked_poison_message, poison_message_body
 from shop.adapters.postgres.outbox import OutboxRow
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import InvalidEnvelope
+from shop.domain.inventory import InventoryService
 from shop.domain.orders import OrderLine, OrderService, PlaceOrder
 from shop.domain.poison import PoisonRecord, StreamPosition
 from shop.runtime.config import Settings
@@ -190,7 +192,7 @@ def test_replay_republishes_exactly_a_time_window(place_orders, recovery, bus, t
     placed = place_orders(6)
     table = template.physical_name("OrdersTable")
 
-    report = recovery.replay_window(table, T0 + timedelta(minutes=2), T0 + timedelta(minutes=4))
+    report = recovery.replay_window([table], T0 + timedelta(minutes=2), T0 + timedelta(minutes=4))
 
     assert report.complete
     assert [e["detail"]["subject"] for e in bus()] == [o["orderId"] for o in placed[2:5]]
@@ -201,7 +203,7 @@ def test_replay_by_event_id(place_orders, recovery, bus, template):
     _, _, records = stream_records(template)
     wanted = outbox_event_ids(records)[1]
 
-    report = recovery.replay_events(template.physical_name("OrdersTable"), [wanted, "no-such-event"])
+    report = recovery.replay_events([template.physical_name("OrdersTable")], [wanted, "no-such-event"])
 
     assert [e["detail"]["id"] for e in bus()] == [wanted]
     assert (report.source, report.expected, report.found, report.published) == ("table", 2, 1, 1)
@@ -240,7 +242,7 @@ def test_replay_by_event_id_reads_only_its_shards_buckets_newest_first_and_stops
     wanted = outbox_event_ids(stream_records(template)[2])[0]
     calls = query_calls(monkeypatch)
 
-    report = recovery.replay_events(template.physical_name("OrdersTable"), [wanted])
+    report = recovery.replay_events([template.physical_name("OrdersTable")], [wanted])
 
     assert report.all_on_bus
     assert [e["detail"]["subject"] for e in bus()] == [placed[0]["orderId"]]
@@ -262,7 +264,7 @@ def test_replay_by_event_id_reads_every_page_of_a_bucket_until_its_event(
     assert len(in_shard) > 3  # others share its bucket: pages without it come first
     calls = query_calls(monkeypatch, limit=1)  # one index entry read per page
 
-    report = recovery.replay_events(template.physical_name("OrdersTable"), [in_shard[0], in_shard[-1]])
+    report = recovery.replay_events([template.physical_name("OrdersTable")], [in_shard[0], in_shard[-1]])
 
     assert report.all_on_bus
     assert sorted(e["detail"]["id"] for e in bus()) == sorted([in_shard[0], in_shard[-1]])
@@ -278,7 +280,7 @@ def test_replay_by_event_id_looks_for_many_ids_a_shard_at_a_time_in_bounded_quer
     monkeypatch.setattr(operations.outbox_index, "_IDS_PER_QUERY", 3)
     calls = query_calls(monkeypatch)
 
-    report = recovery.replay_events(template.physical_name("OrdersTable"), [*event_ids, event_ids[0]])
+    report = recovery.replay_events([template.physical_name("OrdersTable")], [*event_ids, event_ids[0]])
 
     assert report.all_on_bus
     assert report.expected == 30  # an id given twice is republished once
@@ -293,12 +295,12 @@ def test_replay_by_event_id_searches_the_hours_it_is_given(place_orders, setting
     # 30 days on, past the republish window and the days an expired item may linger: not looked for there
     later = recovery_at(settings, template, T0 + timedelta(days=30))
 
-    assert later.replay_events(table, [event_id]).found == 0
+    assert later.replay_events([table], [event_id]).found == 0
     found = later.replay_events(
-        table, [event_id], include_expired=True, written_from=T0 - timedelta(hours=1), written_to=T0
+        [table], [event_id], include_expired=True, written_from=T0 - timedelta(hours=1), written_to=T0
     )
     assert (found.found, found.published) == (1, 1)
-    assert later.replay_events(table, [event_id], written_from=T0 + timedelta(hours=1)).found == 0
+    assert later.replay_events([table], [event_id], written_from=T0 + timedelta(hours=1)).found == 0
 
 
 def written_by_earlier_code(item: dict[str, Any]) -> dict[str, Any]:
@@ -348,8 +350,8 @@ def test_items_written_by_earlier_code_are_relayed_replayed_and_redriven(
     assert invoke("OutboxRelayFunction", {"Records": records}) == {"batchItemFailures": []}
     assert [e["detail"]["id"] for e in bus()] == ids
     # replayed by window (outboxTime with its former suffix) and by id (no OutboxByEventId index now)
-    assert recovery.replay_window(table, T0, T0 + timedelta(minutes=1)).published == 2
-    assert recovery.replay_events(table, ids).published == 2
+    assert recovery.replay_window([table], T0, T0 + timedelta(minutes=1)).published == 2
+    assert recovery.replay_events([table], ids).published == 2
     # redriven: from the stream, and from the table's time index once the stream lost the range
     assert recovery.redrive(failed_batch(records, arn, shard)).published == 2
     assert recovery._redrive_from_table(failed_batch(records, arn, shard)).published == 2
@@ -514,7 +516,7 @@ def test_unprocessed_keys_are_retried_and_reported_when_they_persist(
     fake = UnprocessedDynamo(boto3.client("dynamodb"), unprocessed_times)
     monkeypatch.setattr(shop.adapters.aws, "dynamodb", lambda: fake)
 
-    report = recovery.replay_window(table, T0, T0 + timedelta(minutes=5))
+    report = recovery.replay_window([table], T0, T0 + timedelta(minutes=5))
 
     assert report.complete is complete
     published = sorted(e["detail"]["subject"] for e in bus())
@@ -531,7 +533,7 @@ def test_replay_of_a_window_reaching_past_the_ttl_horizon_says_so(
     place_orders(1)
     late = recovery_at(settings, template, T0 + timedelta(days=20))
 
-    report = late.replay_window(template.physical_name("OrdersTable"), T0, T0 + timedelta(minutes=5))
+    report = late.replay_window([template.physical_name("OrdersTable")], T0, T0 + timedelta(minutes=5))
 
     assert not report.complete
     assert any("TTL horizon" in line for line in report.missing)
@@ -697,7 +699,7 @@ def test_a_replay_names_poison_in_its_window_and_never_parks_it_again(
     table = template.physical_name("OrdersTable")
     poisoned = spoil_outbox_item(table, placed[0]["orderId"])
 
-    report = recovery.replay_window(table, T0, T0 + timedelta(minutes=5))
+    report = recovery.replay_window([table], T0, T0 + timedelta(minutes=5))
 
     assert not report.complete
     assert report.unpublished == [poisoned]
@@ -1039,11 +1041,11 @@ def test_replay_by_event_id_refuses_an_event_past_its_expiry_unless_told_to(
     # An hour past expiresAt (written + OutboxTtlDays): DynamoDB may still hold it for days
     later = recovery_at(settings, template, T0 + timedelta(days=settings.outbox_ttl_days, hours=1))
 
-    refused = later.replay_events(table, [event_id])
+    refused = later.replay_events([table], [event_id])
     assert (refused.expired, refused.complete, bus()) == ([event_id], False, [])
     assert any("--include-expired" in line for line in refused.missing)
 
-    forced = later.replay_events(table, [event_id], include_expired=True)
+    forced = later.replay_events([table], [event_id], include_expired=True)
     assert forced.complete
     assert [e["detail"]["id"] for e in bus()] == [event_id]
 
@@ -1146,14 +1148,14 @@ def test_a_name_given_on_the_command_line_wins_over_the_stacks_and_none_at_all_i
         outbox_admin(["seed", "--file", str(seed_file)])
 
 
-def test_replay_by_event_id_on_the_command_line_reads_the_stacks_orders_table_and_honours_include_expired(
+def test_replay_by_event_id_on_the_command_line_reads_the_stacks_outbox_tables_and_honours_include_expired(
     place_orders, template, poison_queue, bus, monkeypatch, capsys
 ):
     place_orders(1)
     _, _, records = stream_records(template)
     [event_id] = outbox_event_ids(records)
-    table = template.physical_name("OrdersTable")
-    stack = stack_with_outputs({"OrdersTableName": table})
+    table, inventory = template.physical_name("OrdersTable"), template.physical_name("InventoryTable")
+    stack = stack_with_outputs({"OrdersTableName": table, "InventoryTableName": inventory})
     monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=17))  # past expiresAt
     poison_url = template.function("OutboxRelayFunction").environment["RELAY_POISON_QUEUE_URL"]
     names = [
@@ -1164,14 +1166,124 @@ def test_replay_by_event_id_on_the_command_line_reads_the_stacks_orders_table_an
         "--poison-queue-url",
         poison_url,
     ]
-    replay = [*names, "replay", "--event-id", event_id]  # no --table: the stack's OrdersTableName
+    replay = [*names, "replay", "--event-id", event_id]  # no --table: the stack's outbox tables
 
     assert outbox_admin(replay) == 1
     [refused] = reports_printed(capsys)
-    assert (refused["table"], refused["expired"], bus()) == (table, [event_id], [])
+    assert (refused["tables"], refused["expired"], bus()) == ([table, inventory], [event_id], [])
 
     assert outbox_admin([*replay, "--include-expired"]) == 0
     assert [e["detail"]["id"] for e in bus()] == [event_id]
+
+
+def inventory_answers(
+    template: Template, settings: Settings, monkeypatch: pytest.MonkeyPatch, n: int
+) -> list[str]:
+    """The inventory service's answer to n of the orders table's OrderCreated events (an InventoryReserved,
+    written to the inventory table's outbox at T0 + 30 minutes); their event ids."""
+    monkeypatch.setattr(shop.domain.envelope, "now", lambda: minutes_after_t0(30))
+    inventory = replace(settings, inventory_table_name=template.physical_name("InventoryTable"))
+    repository = DynamoInventoryRepository(inventory)
+    repository.set_stock("SKU-1", 100)
+    service = InventoryService(repository, clock=lambda: minutes_after_t0(30))
+    for item in list(outbox_items(template.physical_name("OrdersTable")).values())[:n]:
+        entry = decode_outbox_image(item, settings.max_event_bytes)
+        assert service.apply(CloudEvent.from_json(entry.detail)) == "reserved"
+    return list(outbox_items(template.physical_name("InventoryTable")))
+
+
+def test_replay_of_a_window_reads_every_outbox_table_of_the_stack_or_the_one_table_given(
+    place_orders, template, settings, poison_queue, bus, day_after_t0, monkeypatch, capsys
+):
+    # Given two orders (their OrderCreated in the orders table) and the inventory's InventoryReserved
+    # for each (in the inventory table)
+    place_orders(2)
+    created = outbox_event_ids(stream_records(template)[2])
+    reserved = inventory_answers(template, settings, monkeypatch, 2)
+    orders, inventory = template.physical_name("OrdersTable"), template.physical_name("InventoryTable")
+    stack = stack_with_outputs({"OrdersTableName": orders, "InventoryTableName": inventory})
+    window = ["--from", "2026-11-21T09:00:00Z", "--to", "2026-11-21T11:00:00Z"]
+
+    # When the window is replayed with the stack's names alone, every event of both tables is on the bus
+    assert admin(template, "--stack-name", stack, "replay", *window) == 0
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted([*created, *reserved])
+    [report] = reports_printed(capsys)
+    assert (report["tables"], report["found"], report["published"]) == ([orders, inventory], 4, 4)
+
+    # --table narrows it to that table
+    assert admin(template, "--stack-name", stack, "replay", "--table", inventory, *window) == 0
+    assert sorted(e["detail"]["id"] for e in bus()) == sorted(reserved)
+
+
+def test_replay_by_event_id_looks_in_every_outbox_table_and_names_them_all_for_an_id_in_none(
+    place_orders, template, settings, poison_queue, bus, day_after_t0, monkeypatch, capsys
+):
+    place_orders(1)
+    [reserved] = inventory_answers(template, settings, monkeypatch, 1)
+    orders, inventory = template.physical_name("OrdersTable"), template.physical_name("InventoryTable")
+    stack = stack_with_outputs({"OrdersTableName": orders, "InventoryTableName": inventory})
+
+    code = admin(
+        template, "--stack-name", stack, "replay", "--event-id", reserved, "--event-id", "no-such-event"
+    )
+
+    assert code == 1
+    assert [e["detail"]["id"] for e in bus()] == [reserved]
+    [report] = reports_printed(capsys)
+    assert (report["tables"], report["found"], report["published"]) == ([orders, inventory], 1, 1)
+    assert [line.split(" (")[0] for line in report["missing"]] == [
+        f"event no-such-event is not in {orders} or {inventory}"
+    ]
+
+
+def test_with_an_order_database_replay_covers_it_and_the_outbox_tables(
+    place_orders, template, settings, poison_queue, bus, day_after_t0, lambda_stub, monkeypatch, capsys
+):
+    # OrderStore=postgres: the orders' events are in the order database (its maintenance function replays
+    # them); the inventory's are still in its DynamoDB table
+    place_orders(1)
+    [reserved] = inventory_answers(template, settings, monkeypatch, 1)
+    orders, inventory = template.physical_name("OrdersTable"), template.physical_name("InventoryTable")
+    outputs = {"OrdersTableName": orders, "InventoryTableName": inventory}
+    stack = stack_with_outputs({**outputs, "OrderStoreMaintenanceFunctionName": "shop-maintenance"})
+    window = ["--from", "2026-11-21T09:00:00Z", "--to", "2026-11-21T11:00:00Z"]
+    stub = lambda_stub({"reset": ["o-1"], "missing": [], "republished": 1, "complete": True})
+
+    assert admin(template, "--stack-name", stack, "replay", *window) == 0
+    request = {"from": "2026-11-21T09:00:00Z", "to": "2026-11-21T11:00:00Z"}
+    assert stub.requests == [("shop-maintenance", {"replay": request})]
+    assert reserved in [e["detail"]["id"] for e in bus()]
+
+    # By id: what no table holds is asked of the order database; what none holds is named with them all
+    stub = lambda_stub({"reset": [], "missing": ["no-such-event"], "republished": 0, "complete": False})
+    code = admin(
+        template, "--stack-name", stack, "replay", "--event-id", reserved, "--event-id", "no-such-event"
+    )
+
+    assert code == 1
+    assert stub.requests == [("shop-maintenance", {"replay": {"eventIds": ["no-such-event"]}})]
+    assert [e["detail"]["id"] for e in bus()] == [reserved]
+    err = capsys.readouterr().err
+    assert f"not in the order database nor in {orders} or {inventory}" in err
+    assert "no-such-event" in err
+
+
+def test_replay_reads_the_outbox_tables_the_template_has():
+    # Every table of the template with an outbox (its OutboxByTime index) is named by an output replay reads.
+    from operations.admin import OUTBOX_TABLE_OUTPUTS
+
+    template = load_yaml(ROOT / "template.yaml")
+    outbox_tables = {
+        name
+        for name, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::DynamoDB::Table"
+        and any(
+            index["IndexName"] == keys.OUTBOX_TIME_INDEX
+            for index in resource["Properties"].get("GlobalSecondaryIndexes", [])
+        )
+    }
+    named = {template["Outputs"][output]["Value"]["Ref"] for output in OUTBOX_TABLE_OUTPUTS}
+    assert (len(outbox_tables), named) == (2, outbox_tables)
 
 
 @pytest.mark.parametrize("window", [["--from", "2026-11-21T10:00:00Z"], ["--to", "2026-11-21T10:05:00Z"], []])
@@ -1332,7 +1444,8 @@ def test_replay_reads_max_event_bytes_from_the_stack_not_the_operators_shell(
         UpdateExpression="SET envelope = :e",
         ExpressionAttributeValues={":e": {"S": json.dumps(envelope)}},
     )
-    stack = stack_with_outputs({"OrdersTableName": table}, parameters={"MaxEventBytes": "1048576"})
+    outputs = {"OrdersTableName": table, "InventoryTableName": template.physical_name("InventoryTable")}
+    stack = stack_with_outputs(outputs, parameters={"MaxEventBytes": "1048576"})
     # and an operator's shell that does not say (the default is EventBridge's 256 KB)
     monkeypatch.delenv("MAX_EVENT_BYTES", raising=False)
     monkeypatch.setattr(operations.recovery, "utc_now", lambda: T0 + timedelta(days=1))
