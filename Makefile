@@ -11,8 +11,19 @@ NODE_STAMP := tools/local/node_modules/.installed
 IAM_STAMP  := tools/iam/node_modules/.installed
 export PATH := $(BIN):$(PATH)
 export SAM_CLI_TELEMETRY := 0
-export AWS_DEFAULT_REGION ?= us-east-1
 export PYTHONDONTWRITEBYTECODE := 1
+# A region for what runs on this machine alone and reaches no account (the local stack, the tests, the
+# benchmarks and chaos runs, the docs' screenshot, lint's sam validate): unless the shell sets one. Never
+# for what talks to a real account (deploy, test-e2e, the operator commands): botocore puts
+# AWS_DEFAULT_REGION ahead of the profile's region, so it would send them to this region whatever the
+# profile says. make test runs the e2e tests too: it sets it only without STACK_NAME (they are skipped then).
+LOCAL_REGION := us-east-1
+LOCAL_ONLY   := lint build test-unit test-integration test-conformance local invoke bench bench-capacity \
+                chaos chaos-isolation chaos-scenarios fuzz mutation docs
+$(LOCAL_ONLY): export AWS_DEFAULT_REGION ?= $(LOCAL_REGION)
+ifndef STACK_NAME
+test: export AWS_DEFAULT_REGION ?= $(LOCAL_REGION)
+endif
 
 FUNCTIONS := $(wildcard functions/*)
 # The browser the local inspector's tests and make docs' screenshot drive (Playwright, never its own download).

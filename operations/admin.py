@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from operations import local_stack
 from operations.dead_letters import NoDestination, move_messages, source_queue
@@ -74,10 +74,15 @@ _described: dict[str, dict[str, Any]] = {}  # one DescribeStacks per stack and c
 def _describe_stack(stack_name: str) -> dict[str, Any]:
     if stack_name in _described:
         return _described[stack_name]
+    client = boto3.client("cloudformation")
     try:
-        stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
+        stack = client.describe_stacks(StackName=stack_name)["Stacks"][0]
     except ClientError as exc:
-        raise SystemExit(f"error: stack {stack_name}: {exc.response['Error'].get('Message', exc)}") from None
+        # Named with its region: a stack looked for in another region than the one it is in does not exist.
+        message = exc.response["Error"].get("Message", exc)
+        raise SystemExit(
+            f"error: stack {stack_name} in region {client.meta.region_name}: {message}"
+        ) from None
     _described[stack_name] = dict(stack)
     return _described[stack_name]
 
@@ -631,4 +636,10 @@ def main(argv: list[str] | None = None) -> int:
     _described.clear()  # a process (a test) may run several commands, on stacks that changed
     if args.local:
         local_stack.use_local_stack(args)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except NoRegionError:
+        raise SystemExit(
+            "error: no AWS region: set the region of your profile (aws configure, or AWS_PROFILE) or "
+            "AWS_DEFAULT_REGION to the stack's; or act on the local stack with --local"
+        ) from None

@@ -1413,9 +1413,19 @@ def test_redrive_dlq_names_the_consumers_it_knows_and_a_missing_output(aws, caps
         outbox_admin(["--stack-name", stack, "redrive-dlq", "--consumer", "Inventory"])
 
 
-def test_a_stack_that_does_not_exist_is_named_not_a_traceback(aws):
-    with pytest.raises(SystemExit, match="error: stack nowhere"):
+def test_a_stack_that_does_not_exist_is_named_with_the_region_it_was_looked_for_in(aws):
+    with pytest.raises(SystemExit, match=r"error: stack nowhere in region us-east-1: .*does not exist"):
         outbox_admin(["--stack-name", "nowhere", "replay", "--event-id", "e1"])
+
+
+def test_no_region_at_all_is_said_so_not_a_traceback(fake_credentials, monkeypatch):
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")  # no profile's region either
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+
+    with pytest.raises(SystemExit, match=r"error: no AWS region: .* or act on the local stack with --local"):
+        outbox_admin(["--stack-name", "shop", "replay", "--event-id", "e1"])
 
 
 def test_the_stack_settings_the_commands_read_are_the_ones_its_functions_get():

@@ -9,11 +9,14 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import os
 import re
+import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -1307,6 +1310,43 @@ def test_every_checkov_skip_is_in_one_config_with_its_reason_and_the_expanded_te
     assert "tools.template.expand template.yaml $(EXPANDED)" in makefile
     assert "--config-file .checkov.yaml --file $(EXPANDED)" in makefile
     assert "--soft-fail" not in makefile
+
+
+def region_each_target_runs_with(tmp_path: Path, *command: str, **environment: str) -> list[str]:
+    """`make <command>` with the tools it runs replaced by scripts that print the AWS_DEFAULT_REGION they
+    were given ("unset" when none), the stamps taken as made (nothing is installed); their lines."""
+    for tool in ("python", "sam", "pytest"):
+        script = tmp_path / tool
+        script.write_text(f'#!/bin/sh\necho "{tool} ${{AWS_DEFAULT_REGION-unset}}"\n')
+        script.chmod(0o755)
+    stamps = [".venv/.installed", "tools/local/node_modules/.installed", "tools/iam/node_modules/.installed"]
+    outer = ("AWS_DEFAULT_REGION", "STACK_NAME", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+    env = {**{k: v for k, v in os.environ.items() if k not in outer}, **environment}
+    completed = subprocess.run(
+        ["make", "-s", *[f"--old-file={stamp}" for stamp in stamps], *command, f"BIN={tmp_path}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return completed.stdout.splitlines()
+
+
+def test_make_gives_a_region_only_to_what_reaches_no_account_and_never_overrides_the_users(tmp_path: Path):
+    # What talks to a real account gets the profile's region: AWS_DEFAULT_REGION would win over it.
+    assert region_each_target_runs_with(tmp_path, "replay", "STACK=shop", "FROM=a", "TO=b") == [
+        "python unset"
+    ]
+    assert region_each_target_runs_with(tmp_path, "seed", "STACK=shop") == ["python unset"]
+    assert region_each_target_runs_with(tmp_path, "deploy")[-1] == "sam unset"  # after its sam build
+    assert region_each_target_runs_with(tmp_path, "test-e2e") == ["pytest unset"]
+    # What runs on this machine alone gets one, unless the shell has its own
+    assert region_each_target_runs_with(tmp_path, "test-unit") == ["pytest us-east-1"]
+    assert region_each_target_runs_with(tmp_path, "invoke", "FUNCTION=F", "EVENT=e") == ["python us-east-1"]
+    mine = region_each_target_runs_with(tmp_path, "test-unit", AWS_DEFAULT_REGION="eu-west-1")
+    assert mine == ["pytest eu-west-1"]
 
 
 def test_every_alarm_has_a_runbook_entry_in_the_readme(template: Template):
