@@ -174,7 +174,7 @@ local: $(STAMP) $(NODE_STAMP) ## the whole pipeline on this machine, no Docker (
 	@command -v java >/dev/null || { echo "error: Java 17+ is required for DynamoDB Local (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.local
 
-invoke: $(STAMP) $(NODE_STAMP) ## run one function: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json
+invoke: $(STAMP) $(NODE_STAMP) ## run one function: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json (ORDER_STORE= POSTGRES_RELAY= as make local)
 	@test -n "$(FUNCTION)" -a -n "$(EVENT)" || { echo "usage: make invoke FUNCTION=<LogicalId> EVENT=events/<file>.json"; exit 2; }
 	PYTHONPATH=layers/shared $(BIN)/python -m tools.local invoke "$(FUNCTION)" "$(EVENT)"
 

