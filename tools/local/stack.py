@@ -42,7 +42,7 @@ from tools.local.runtime.functions import (
     function_environment,
 )
 from tools.local.runtime.launchers import ForkServer, Launcher, shared_environment
-from tools.local.services.custom_resources import create_custom_resources
+from tools.local.services.custom_resources import create_custom_resources, custom_resources, service_function
 from tools.local.services.emulators import AwsClients, Endpoints, LocalServices
 from tools.local.services.order_database import DatabaseLocation
 from tools.local.services.provisioning import SEED_FILE, Provisioner, ProvisioningReport
@@ -55,6 +55,21 @@ ORDER_DATABASE = "OrderDatabase"  # the nested application of OrderStore=postgre
 _JOIN_SECONDS = 3.0
 _WAIT_POLL_SECONDS = 0.1
 T = TypeVar("T")
+
+
+def stood_in_for(template: Template) -> dict[str, str]:
+    """The resources of `template` the local stack stands in for besides what it provisions, with how: the
+    order database's nested application (OrderStore=postgres), and each custom resource, whose function
+    gets its Create request at start-up as CloudFormation would send it (custom_resources.py)."""
+    stood_in = {}
+    if ORDER_DATABASE in template.resources and template.is_created(ORDER_DATABASE):
+        stood_in[ORDER_DATABASE] = (
+            "a database of the embedded PostgreSQL server, its outputs as the nested stack's"
+        )
+    for logical_id in custom_resources(template):
+        function = service_function(template, logical_id)
+        stood_in[logical_id] = f"{function} gets its Create request at start-up, as from CloudFormation"
+    return stood_in
 
 
 @dataclass
@@ -178,7 +193,8 @@ class LocalStack:
             inits = pool.submit(self._start_functions)
             if self._owns_services:
                 self.services.wait_ready()
-            provisioner = self._provisioner = Provisioner(self.template, self.clients)
+            provisioner = Provisioner(self.template, self.clients, stood_in_for(self.template))
+            self._provisioner = provisioner
             self.report.provisioning = provisioner.provision(self.options.seed_file)
             if self._order_database is not None:
                 self._store_database_secret(self._order_database)
@@ -241,10 +257,11 @@ class LocalStack:
     def _stand_in_for_applications(self) -> None:
         """Nested applications the local stack stands in for: OrderDatabase (OrderStore=postgres) is a
         database of the embedded PostgreSQL server; its outputs feed the template as Aurora's would."""
+        stood_in = stood_in_for(self.template)
         for logical_id in self.template.of_type("AWS::Serverless::Application"):
             if not self.template.is_created(logical_id):
                 continue
-            if logical_id != ORDER_DATABASE:
+            if logical_id not in stood_in:
                 self.report.functions_not_emulated.append(f"{logical_id}: nested application not emulated")
                 continue
             self._order_database = self.services.order_database.database(self.template.stack_name)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,9 +115,51 @@ def _integers(document: dict[str, Any]) -> dict[str, Any]:
     return {k: int(v) if isinstance(v, str) and v.isdigit() else v for k, v in document.items()}
 
 
+# What Provisioner.provision creates, by type.
+PROVISIONED_TYPES = frozenset(
+    {
+        "AWS::DynamoDB::Table",
+        "AWS::SQS::Queue",
+        "AWS::SNS::Topic",
+        "AWS::SNS::Subscription",
+        "AWS::Events::EventBus",
+        "AWS::Events::Rule",
+    }
+)
+
+
+def other_resources(
+    template: Template, stood_in: Mapping[str, str]
+) -> tuple[list[ResourceLine], list[ResourceLine]]:
+    """The created resources provisioning does not create, each accounted for: (emulated: by their type,
+    or one by one in `stood_in`, logical id -> how; not emulated, with the reason)."""
+    emulated: list[ResourceLine] = []
+    not_emulated: list[ResourceLine] = []
+    for logical_id, resource in template.resources.items():
+        resource_type = resource["Type"]
+        if resource_type in PROVISIONED_TYPES or not template.is_created(logical_id):
+            continue
+        if logical_id in stood_in:
+            emulated.append(ResourceLine(logical_id, resource_type, stood_in[logical_id]))
+        elif resource_type in EMULATED_TYPES:
+            emulated.append(ResourceLine(logical_id, resource_type, EMULATED_TYPES[resource_type]))
+        elif resource_type in NOT_EMULATED_TYPES:
+            not_emulated.append(ResourceLine(logical_id, resource_type, NOT_EMULATED_TYPES[resource_type]))
+        else:
+            not_emulated.append(
+                ResourceLine(logical_id, resource_type, "resource type unknown to the local stack")
+            )
+    return emulated, not_emulated
+
+
 class Provisioner:
-    def __init__(self, template: Template, clients: AwsClients) -> None:
+    def __init__(
+        self, template: Template, clients: AwsClients, stood_in: Mapping[str, str] | None = None
+    ) -> None:
+        """`stood_in`: resources another part of the local stack stands in for, by logical id, with how
+        (a nested application, a custom resource): reported as emulated."""
         self.template = template
+        self._stood_in = dict(stood_in or {})
         self._dynamodb: DynamoDBClient = clients.dynamodb()
         self._sqs: SQSClient = clients.sqs()
         self._sns: SNSClient = clients.sns()
@@ -147,6 +189,9 @@ class Provisioner:
             ("AWS::Events::Rule", self._rule),
         ]
 
+        # other_resources accounts for every other type
+        assert {resource_type for resource_type, _ in dynamodb_steps + moto_steps} == PROVISIONED_TYPES
+
         def run(
             steps: list[tuple[str, Callable[[str], None]]], then: Callable[[], None] | None = None
         ) -> None:
@@ -163,27 +208,16 @@ class Provisioner:
                 done.result()
         order = list(self.template.resources)
         self.report.created.sort(key=lambda line: order.index(line.logical_id.split(".")[0]))
-        handled = {resource_type for resource_type, _ in dynamodb_steps + moto_steps}
-        for logical_id, resource in self.template.resources.items():
-            resource_type = resource["Type"]
-            if resource_type in handled or not self.template.is_created(logical_id):
-                continue
-            if resource_type in EMULATED_TYPES:
-                self._emulated(logical_id, resource_type, EMULATED_TYPES[resource_type])
-            elif resource_type in NOT_EMULATED_TYPES:
-                self._not_emulated(logical_id, resource_type, NOT_EMULATED_TYPES[resource_type])
-            else:
-                self._not_emulated(logical_id, resource_type, "resource type unknown to the local stack")
+        emulated, not_emulated = other_resources(self.template, self._stood_in)
+        with self._report_lock:
+            self.report.emulated.extend(emulated)
+            self.report.not_emulated.extend(not_emulated)
         return self.report
 
     # --- report -----------------------------------------------------------------------------------
     def _created(self, logical_id: str, resource_type: str, detail: str) -> None:
         with self._report_lock:
             self.report.created.append(ResourceLine(logical_id, resource_type, detail))
-
-    def _emulated(self, logical_id: str, resource_type: str, detail: str) -> None:
-        with self._report_lock:
-            self.report.emulated.append(ResourceLine(logical_id, resource_type, detail))
 
     def _not_emulated(self, logical_id: str, resource_type: str, reason: str) -> None:
         with self._report_lock:
