@@ -138,6 +138,21 @@ def record_key(record: dict[str, Any]) -> str | None:
     return str(stream.get("SequenceNumber")) if isinstance(stream, dict) else None
 
 
+def _answer_header(payload: dict[str, Any], name: str) -> Any:
+    """A header of a proxy integration's answer (its lower-case `name`), as API Gateway merges the two maps:
+    multiValueHeaders' first value (Powertools' REST resolver answers with those alone) over headers';
+    None when neither holds it, or neither is a map."""
+    multi = payload.get("multiValueHeaders")
+    for key, values in multi.items() if isinstance(multi, dict) else ():
+        if str(key).lower() == name and isinstance(values, list) and values:
+            return values[0]
+    headers = payload.get("headers")
+    for key, value in headers.items() if isinstance(headers, dict) else ():
+        if str(key).lower() == name:
+            return value
+    return None
+
+
 class Console:
     def __init__(self, stream: TextIO = sys.stdout, color: bool | None = None) -> None:
         self._stream = stream
@@ -261,9 +276,8 @@ class Console:
             error = f"{shown(result.error.error_type)}: {shown(result.error.message, _MAX_ERROR_CHARS)}"
             detail = f"502 FAILED {error} (request {request_id})"
             return f"{self._prefix(invocation.at, label)}{text} {self.paint(detail, _RED)}  {timing}"
-        headers = payload.get("headers")
-        found = {str(k).lower(): v for k, v in (headers.items() if isinstance(headers, dict) else ())}
-        location = f" → {shown(found['location'])}" if "location" in found else ""
+        found = _answer_header(payload, "location")
+        location = f" → {shown(found)}" if found is not None else ""
         shown_status = f"{shown(status)}{location}"
         if not isinstance(status, int) or status >= 500:
             shown_status = self.paint(f"{shown_status} (request {request_id})", _RED)

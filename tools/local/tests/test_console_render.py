@@ -9,7 +9,9 @@ import json
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 
+from tests.support import LambdaContext
 from tests.support.outbox_corpus import LONG_INTEGER, PoisonRecord, corpus
 from tools.local.console.activity import DEAD_LETTERED, Invocation, Notice, Publication
 from tools.local.console.render import Console, describe_record
@@ -342,3 +344,51 @@ def test_an_invocation_through_the_invoke_api_prints_what_the_function_returned(
 
     assert "invoked by Invoke API" in text
     assert says in text
+
+
+API_EVENT = {
+    "httpMethod": "POST",
+    "path": "/orders",
+    "resource": "/orders",
+    "headers": {},
+    "multiValueHeaders": {},
+    "requestContext": {"path": "/orders", "stage": "Prod", "requestId": "req-1"},
+    "body": "{}",
+    "isBase64Encoded": False,
+}
+
+
+def powertools_answer(location: str) -> dict[str, Any]:
+    """What the Order API's resolver (Powertools' REST resolver) answers a created order with."""
+    app = APIGatewayRestResolver()
+
+    @app.post("/orders")
+    def create() -> Response[Any]:
+        return Response(201, content_types.APPLICATION_JSON, {"orderId": "o-1"}, {"Location": location})
+
+    context: Any = LambdaContext()  # what Lambda gives the handler, as the unit tests' invocations have it
+    return dict(app.resolve(API_EVENT, context))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        powertools_answer("/orders/o-a50d"),  # multiValueHeaders alone
+        {"statusCode": 201, "headers": {"location": "/orders/o-a50d"}, "body": "{}"},
+        {
+            "statusCode": 201,
+            "headers": {"Location": "/x"},
+            "multiValueHeaders": {"Location": ["/orders/o-a50d"]},
+        },
+    ],
+    ids=["powertools", "headers", "both"],
+)
+def test_an_api_line_shows_the_location_the_answer_gives_in_either_header_map(answer: dict[str, Any]) -> None:
+    console, raw = strict_console()
+    invocation = Invocation(
+        "OrdersApiFunction", "api", "POST /orders", API_EVENT, InvocationResult("r", payload=answer)
+    )
+
+    text = printed(console, raw, console.invocation_lines(invocation))
+
+    assert "POST /orders 201 → /orders/o-a50d  " in text
