@@ -1312,6 +1312,18 @@ def test_every_checkov_skip_is_in_one_config_with_its_reason_and_the_expanded_te
     assert "--soft-fail" not in makefile
 
 
+def test_the_configuration_pages_variable_table_lists_every_variable_config_reads():
+    # Every upper-case string literal of shop/runtime/config.py is a variable it reads.
+    config = (ROOT / "layers" / "shared" / "shop" / "runtime" / "config.py").read_text()
+    read = set(re.findall(r'"([A-Z][A-Z0-9_]{2,})"', config))
+    assert {"ORDERS_TABLE_NAME", "TRACE_SDK_CALLS"} <= read
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    table = page.split("| Variable | Used by | Meaning |", 1)[1].split("\n\n", 1)[0]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    listed = {name for cell in first_cells for name in re.findall(r"`([A-Z][A-Z0-9_*]*)`", cell)}
+    assert sorted(read - listed) == []
+
+
 def region_each_target_runs_with(tmp_path: Path, *command: str, **environment: str) -> list[str]:
     """`make <command>` with the tools it runs replaced by scripts that print the AWS_DEFAULT_REGION they
     were given ("unset" when none), the stamps taken as made (nothing is installed); their lines."""
