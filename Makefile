@@ -182,26 +182,35 @@ clean: ## remove build output and caches (keeps .venv and .venv-scan)
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
 
 # --- operations (docs/operations.md) -----------------------------------------------------------------
-# STACK=<stack name> for a deployed stack; LOCAL=1 for the running make local (the one on PORT).
+# STACK=<stack name> for a deployed stack; LOCAL=1 for the running make local (the one on PORT): one of
+# them, or the target says so (the command alone would ask for its own options, --stack-name or --local).
 ADMIN := $(BIN)/python -m operations $(if $(STACK),--stack-name $(STACK)) $(if $(LOCAL),--local)
+define need-stack
+@test -n "$(STACK)$(LOCAL)" || { echo "usage: make $@ $(1)STACK=<stack name> (or LOCAL=1 for the running make local)"; exit 2; }
+endef
 
 .PHONY: redrive redrive-dlq redrive-poison replay seed
 redrive: $(STAMP) ## republish the batches in the relay DLQ (STACK=<stack name> or LOCAL=1)
+	$(call need-stack)
 	$(ADMIN) redrive
 
 redrive-dlq: $(STAMP) ## move a consumer's DLQ back to its queue (CONSUMER=Inventory|OrderStatus|Notification; STACK= or LOCAL=1; INCLUDE_EXPIRED=1 past the consumers' memory)
 	@test -n "$(CONSUMER)" || { echo "usage: make redrive-dlq CONSUMER=Inventory|OrderStatus|Notification STACK=<stack name> (or LOCAL=1)"; exit 2; }
+	$(call need-stack,CONSUMER=$(CONSUMER) )
 	$(ADMIN) redrive-dlq --consumer $(CONSUMER) $(if $(INCLUDE_EXPIRED),--include-expired)
 
-redrive-poison: $(STAMP) ## republish records the relay parked, once they decode (STACK=<stack name>)
+redrive-poison: $(STAMP) ## republish records the relay parked, once they decode (STACK=<stack name> or LOCAL=1)
+	$(call need-stack)
 	$(ADMIN) redrive-poison
 
-replay: $(STAMP) ## republish outbox events of every outbox table (STACK=, FROM= TO= or EVENT_ID=; TABLE= one table only; INCLUDE_EXPIRED=1 past expiresAt)
+replay: $(STAMP) ## republish outbox events of every outbox table (STACK= or LOCAL=1; FROM= TO= or EVENT_ID=; TABLE= one table only; INCLUDE_EXPIRED=1 past expiresAt)
+	$(call need-stack)
 	$(ADMIN) replay $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(EVENT_ID),--event-id $(EVENT_ID)) \
 	  $(if $(TABLE),--table $(TABLE)) \
 	  $(if $(INCLUDE_EXPIRED),--include-expired)
 
-seed: $(STAMP) ## set stock levels from tools/local/seed.json (STACK=<stack name>)
+seed: $(STAMP) ## set stock levels from tools/local/seed.json (STACK=<stack name> or LOCAL=1)
+	$(call need-stack)
 	$(ADMIN) seed --file tools/local/seed.json
 
 # --- benchmarks (docs/performance.md) ----------------------------------------------------------------

@@ -121,7 +121,7 @@ def _resolve(args: argparse.Namespace, attribute: str, output: str) -> str:
         return str(value)
     if args.stack_name:
         return stack_output(args.stack_name, output)
-    raise SystemExit(f"error: give --{attribute.replace('_', '-')} or --stack-name")
+    raise SystemExit(f"error: give --{attribute.replace('_', '-')}, --stack-name or --local")
 
 
 def _recovery(
@@ -166,7 +166,7 @@ def _maintenance_function(args: argparse.Namespace, *, required: bool) -> str | 
             return found
         raise SystemExit(f"error: stack {args.stack_name} has no order database (OrderStore=postgres)")
     if required:
-        raise SystemExit("error: give --stack-name or --order-store-function (OrderStore=postgres)")
+        raise SystemExit("error: give --stack-name, --local or --order-store-function (OrderStore=postgres)")
     return None
 
 
@@ -274,7 +274,7 @@ def redrive_dead_letters(args: argparse.Namespace) -> int:
     elif args.stack_name and args.consumer:
         dead_letter_queue = stack_output(args.stack_name, f"{args.consumer}DeadLetterQueueUrl")
     else:
-        raise SystemExit("error: give --queue-url, or --stack-name and --consumer")
+        raise SystemExit("error: give --queue-url, or --stack-name (or --local) and --consumer")
     sqs = aws.sqs()
     try:
         destination = args.to_queue_url or source_queue(sqs, dead_letter_queue)
@@ -373,7 +373,7 @@ def replay(args: argparse.Namespace) -> int:
     function_name = _order_store_function(args)
     tables = _replay_tables(args)
     if function_name is None and not tables:
-        raise SystemExit("error: give --table or --stack-name (or --local)")
+        raise SystemExit("error: give --table, --stack-name or --local")
     expired = {"includeExpired": True} if args.include_expired else {}
     if args.event_id:
         return _replay_events(args, tables, function_name, start, end, expired)

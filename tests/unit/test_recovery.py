@@ -1144,7 +1144,7 @@ def test_a_name_given_on_the_command_line_wins_over_the_stacks_and_none_at_all_i
     table = template.physical_name("InventoryTable")
 
     assert outbox_admin(["--stack-name", stack, "seed", "--table", table, "--file", str(seed_file)]) == 0
-    with pytest.raises(SystemExit, match="give --table or --stack-name"):
+    with pytest.raises(SystemExit, match="give --table, --stack-name or --local"):
         outbox_admin(["seed", "--file", str(seed_file)])
 
 

@@ -1324,25 +1324,33 @@ def test_the_configuration_pages_variable_table_lists_every_variable_config_read
     assert sorted(read - listed) == []
 
 
-def region_each_target_runs_with(tmp_path: Path, *command: str, **environment: str) -> list[str]:
-    """`make <command>` with the tools it runs replaced by scripts that print the AWS_DEFAULT_REGION they
-    were given ("unset" when none), the stamps taken as made (nothing is installed); their lines."""
+def make_with_stand_ins(
+    tmp_path: Path, *command: str, **environment: str
+) -> subprocess.CompletedProcess[str]:
+    """`make <command>` with the tools it runs replaced by scripts that print their name and the
+    AWS_DEFAULT_REGION they were given ("unset" when none), the stamps taken as made (nothing is
+    installed), and no variable of an outer make or shell that would choose for it."""
     for tool in ("python", "sam", "pytest"):
         script = tmp_path / tool
         script.write_text(f'#!/bin/sh\necho "{tool} ${{AWS_DEFAULT_REGION-unset}}"\n')
         script.chmod(0o755)
     stamps = [".venv/.installed", "tools/local/node_modules/.installed", "tools/iam/node_modules/.installed"]
-    outer = ("AWS_DEFAULT_REGION", "STACK_NAME", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+    outer = ("AWS_DEFAULT_REGION", "STACK_NAME", "STACK", "LOCAL", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
     env = {**{k: v for k, v in os.environ.items() if k not in outer}, **environment}
-    completed = subprocess.run(
+    return subprocess.run(
         ["make", "-s", *[f"--old-file={stamp}" for stamp in stamps], *command, f"BIN={tmp_path}"],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
+        check=False,
     )
+
+
+def region_each_target_runs_with(tmp_path: Path, *command: str, **environment: str) -> list[str]:
+    completed = make_with_stand_ins(tmp_path, *command, **environment)
+    assert completed.returncode == 0, completed.stderr
     return completed.stdout.splitlines()
 
 
@@ -1359,6 +1367,23 @@ def test_make_gives_a_region_only_to_what_reaches_no_account_and_never_overrides
     assert region_each_target_runs_with(tmp_path, "invoke", "FUNCTION=F", "EVENT=e") == ["python us-east-1"]
     mine = region_each_target_runs_with(tmp_path, "test-unit", AWS_DEFAULT_REGION="eu-west-1")
     assert mine == ["pytest eu-west-1"]
+
+
+@pytest.mark.parametrize("target", ["redrive", "redrive-poison", "replay", "seed", "redrive-dlq"])
+def test_the_operator_targets_say_they_need_stack_or_local_and_take_either(tmp_path: Path, target: str):
+    listed = make_with_stand_ins(tmp_path, "help").stdout
+    [help_line] = [line for line in listed.splitlines() if line.split()[1:2] == [target]]
+    assert "STACK=" in help_line
+    assert "LOCAL=1" in help_line
+
+    refused = make_with_stand_ins(tmp_path, target, "CONSUMER=Inventory")
+
+    assert refused.returncode == 2
+    assert "STACK=<stack name> (or LOCAL=1 for the running make local)" in refused.stdout
+    assert "python" not in refused.stdout  # the command never ran
+    for choice in ("STACK=shop", "LOCAL=1"):
+        ran = make_with_stand_ins(tmp_path, target, "CONSUMER=Inventory", choice)
+        assert (ran.returncode, ran.stdout.splitlines()[-1].split()[0]) == (0, "python"), ran.stdout
 
 
 def test_every_alarm_has_a_runbook_entry_in_the_readme(template: Template):
