@@ -251,7 +251,7 @@ fuzz: $(STAMP) $(NODE_STAMP) ## schemathesis: REQUESTS=1000 generated requests a
 # read an outbox item, so each of its mutants runs them all).
 MUTANTS         ?= 'shop.adapters.dynamodb.order_repository.*' 'shop.domain.orders.*' 'shop.runtime.consumer.*' \
                    'shop.adapters.dynamodb.inventory_repository.*' 'shop.domain.inventory.*' \
-                   'operations.recovery.*' 'operations.admin.*'
+                   'operations.recovery.*' 'operations.admin.*' 'operations.stack.*'
 MUTATION_DIR    := .mutation
 MUTATION_LINKS  := tests tools operations functions events nested template.yaml pyproject.toml
 # Survivors allowed per module (module, tab, count): a change that lets one more mutant survive in a

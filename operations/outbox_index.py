@@ -1,5 +1,6 @@
-"""The outbox items of the DynamoDB orders table, found through its OutboxByTime index (replay and
-redrive: operations/recovery.py): every item written in a window, or the items of given event ids.
+"""The outbox items of the DynamoDB outbox tables (the orders' and the inventory's), found through their
+OutboxByTime index (replay and redrive: operations/recovery.py): every item written in a window, or the
+items of given event ids.
 
 There is no index by event id (docs/performance.md, "Write cost"): an event's shard of OutboxByTime is
 known from its id (keys.outbox_time_shard), and the index's KEYS_ONLY entries hold the table key, whose
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -88,3 +90,29 @@ def find_outbox_items(
                     if all(wanted in found for wanted in chunk):
                         break  # the first hit ends the search for an id
     return found
+
+
+@dataclass
+class EventSearch:
+    """Where replay by event id looked (its tables, the hours between oldest and newest) and what it found
+    there: each event's table and the key of its outbox item."""
+
+    tables: tuple[str, ...]
+    oldest: datetime
+    newest: datetime
+    found: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+
+
+def find_in_tables(
+    tables: Sequence[str], event_ids: Sequence[str], oldest: datetime, newest: datetime, time_shards: int
+) -> EventSearch:
+    """Each event's outbox item in the first of `tables` that holds one (find_outbox_items), written
+    between oldest and newest; a table is asked only for the events the tables before it lacked."""
+    search = EventSearch(tuple(tables), oldest, newest)
+    for table in search.tables:
+        pending = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in search.found]
+        if not pending:
+            break
+        for event_id, key in find_outbox_items(table, pending, oldest, newest, time_shards).items():
+            search.found[event_id] = (table, key)
+    return search

@@ -42,6 +42,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from operations import outbox_index
+from operations.outbox_index import EventSearch
 from shop.adapters import aws
 from shop.adapters.dynamodb import keys
 from shop.adapters.dynamodb.outbox_items import (
@@ -141,17 +142,6 @@ class RecoveryReport:
         """Complete with nothing parked: no event is left for an operator to put on the bus. A parked
         event is held whole by the poison queue, but is on the bus only after `redrive-poison`."""
         return self.complete and not self.poison
-
-
-@dataclass
-class EventSearch:
-    """Where replay by event id looked (its tables, the hours between oldest and newest) and what it found
-    there: each event's table and the key of its outbox item."""
-
-    tables: tuple[str, ...]
-    oldest: datetime
-    newest: datetime
-    found: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -448,24 +438,14 @@ class OutboxRecovery:
         written_from: datetime | None = None,
         written_to: datetime | None = None,
     ) -> EventSearch:
-        """Where each of these events' outbox item is, in the first of `tables` that holds it. Each is
-        looked for in OutboxByTime where its item can be (find_outbox_items): by default in the hours of
-        the republish window, plus the days DynamoDB may keep an expired item, plus an hour of writers'
-        clock skew; `written_from`/`written_to` search other hours instead (an item whose window
-        outlived a lowered OutboxTtlDays)."""
+        """Where each of these events' outbox item is, in the first of `tables` that holds it
+        (outbox_index.find_in_tables): by default in the hours of the republish window, plus the days
+        DynamoDB may keep an expired item, plus an hour of writers' clock skew; `written_from`/`written_to`
+        search other hours instead (an item whose window outlived a lowered OutboxTtlDays)."""
         now = self._clock()
-        search = EventSearch(
-            tables=tuple(tables),
-            oldest=written_from or now - self._ttl - _EXPIRED_ITEMS_LINGER,
-            newest=written_to or now + _WRITER_CLOCK_SKEW,
-        )
-        for table in search.tables:
-            pending = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in search.found]
-            if not pending:
-                break
-            for event_id, key in self.find_outbox_items(table, pending, search.oldest, search.newest).items():
-                search.found[event_id] = (table, key)
-        return search
+        oldest = written_from or now - self._ttl - _EXPIRED_ITEMS_LINGER
+        newest = written_to or now + _WRITER_CLOCK_SKEW
+        return outbox_index.find_in_tables(tables, event_ids, oldest, newest, self._time_shards)
 
     def replay_found(
         self, search: EventSearch, event_ids: list[str], *, include_expired: bool = False
@@ -491,13 +471,6 @@ class OutboxRecovery:
             if item_keys:
                 images.extend(self._get_items(table, item_keys, report))
         return self._publish_images(images, report, park_poison=False, include_expired=include_expired)
-
-    def find_outbox_items(
-        self, table: str, event_ids: Sequence[str], oldest: datetime, newest: datetime
-    ) -> dict[str, dict[str, Any]]:
-        """The key of the outbox item of each of these events found in `table`, written between oldest and
-        newest (operations/outbox_index.py)."""
-        return outbox_index.find_outbox_items(table, event_ids, oldest, newest, self._time_shards)
 
     def _get_items(
         self, table: str, item_keys: list[dict[str, Any]], report: RecoveryReport

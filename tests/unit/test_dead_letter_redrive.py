@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+import operations.stack
 import shop.adapters.aws
 from operations import admin
 from operations.dead_letters import move_messages
@@ -101,7 +102,7 @@ def test_with_the_stacks_name_the_consumer_names_the_output(
         parameter = {"ParameterKey": "OutboxTtlDays", "ParameterValue": "16"}
         return {"Outputs": [output], "Parameters": [parameter]}
 
-    monkeypatch.setattr(admin, "_describe_stack", describe)
+    monkeypatch.setattr(operations.stack, "describe_stack", describe)
 
     assert admin.main(["--stack-name", "shop", "redrive-dlq", "--consumer", "Inventory"]) == 0
 

@@ -1270,7 +1270,7 @@ def test_with_an_order_database_replay_covers_it_and_the_outbox_tables(
 
 def test_replay_reads_the_outbox_tables_the_template_has():
     # Every table of the template with an outbox (its OutboxByTime index) is named by an output replay reads.
-    from operations.admin import OUTBOX_TABLE_OUTPUTS
+    from operations.stack import OUTBOX_TABLE_OUTPUTS
 
     template = load_yaml(ROOT / "template.yaml")
     outbox_tables = {
@@ -1430,7 +1430,7 @@ def test_no_region_at_all_is_said_so_not_a_traceback(fake_credentials, monkeypat
 
 def test_the_stack_settings_the_commands_read_are_the_ones_its_functions_get():
     # Each (parameter, variable) the commands read from the stack is how template.yaml's Globals set it.
-    from operations.admin import STACK_SETTINGS
+    from operations.stack import STACK_SETTINGS
 
     environment = load_yaml(ROOT / "template.yaml")["Globals"]["Function"]["Environment"]["Variables"]
     for parameter, variable in STACK_SETTINGS.items():
