@@ -173,8 +173,7 @@ CREATE TABLE public.outbox_slot (
     recovery_expired integer,
     CONSTRAINT outbox_slot_check CHECK (((recovery_since IS NULL) = (recovery_started_at IS NULL))),
     CONSTRAINT outbox_slot_check1 CHECK (((recovery_handed_over_at IS NULL) OR (recovery_since IS NOT NULL))),
-    CONSTRAINT outbox_slot_check2 CHECK (((recovery_replay_id IS NULL) OR (recovery_handed_over_at IS NOT NULL))),
-    CONSTRAINT outbox_slot_recovery_expired CHECK (((recovery_expired IS NULL) OR (recovery_handed_over_at IS NOT NULL)))
+    CONSTRAINT outbox_slot_check2 CHECK (((recovery_replay_id IS NULL) OR (recovery_handed_over_at IS NOT NULL)))
 );
 
 

@@ -726,6 +726,35 @@ def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_th
     assert included.messages == ["the slot is healthy: nothing to recover"]
 
 
+def test_the_release_before_migration_0006_can_still_clear_and_begin_a_recovery_it_knows_nothing_of(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    # A rollback (or an earlier release deployed again) runs on the migrated database: migrations are never
+    # reversed. Its statements set the recovery's columns and leave recovery_expired as it was.
+    old, _ = place_orders(database, 2)
+    with connect(order_database) as connection:
+        connection.execute(
+            "UPDATE outbox SET created_at = created_at - interval '20 days' WHERE aggregate_id = %s", (old,)
+        )
+    drop_slot(order_database)
+    since = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    recover_slot(database, SETTINGS, {"execute": True, "since": since}, NO_TIME_LEFT)  # expired: 1, recorded
+    with connect(order_database) as connection:
+        # the previous release's finish, then its begin (shop.adapters.postgres.slot_recovery at a59d80c)
+        finished = connection.execute(
+            "UPDATE outbox_slot SET recovery_since = NULL, recovery_started_at = NULL,"
+            " recovery_handed_over_at = NULL, recovery_replay_id = NULL WHERE slot_name = %s",
+            (slot,),
+        )
+        begun = connection.execute(
+            "UPDATE outbox_slot SET recovery_since = clock_timestamp(),"
+            " recovery_started_at = clock_timestamp(), recovery_handed_over_at = NULL,"
+            " recovery_replay_id = NULL WHERE slot_name = %s",
+            (slot,),
+        )
+        assert (finished.rowcount, begun.rowcount) == (1, 1)
+
+
 # --- the functions and the operator's command ----------------------------------------------------------
 def handler(name: str, directory: str) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
     spec = FunctionSpec(name, ROOT / "functions" / directory, "app.lambda_handler", 60, {}, {})
