@@ -283,3 +283,21 @@ def test_a_record_whose_event_id_no_store_keys_is_parked_with_it_cut(monkeypatch
     body = checked_poison_message(json.loads(request["MessageBody"]))
     assert body["eventId"] == "e" * 4_096 + "... (295904 more cut)"
     assert body["key"] == keys.item_key(image)  # still found by its key
+
+
+def test_an_outbox_row_whose_event_id_is_cut_in_its_message_is_found_by_its_whole_id(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The order database's unique index takes an id of some 230 KB (compressed): the smallest message cuts
+    the body's eventId, and redrive-poison asked the database for the cut id, found nothing, and called a
+    row still in the outbox impossible to republish."""
+    event_id = "a" * 200_000
+    row = {**ROW, "eventId": event_id, "envelope": "{}"}
+    key = {**ROW_KEY, "eventId": event_id}
+    parked = PoisonRecord(RowPosition(7), event_id, "not a CloudEvent", row, key, {})
+
+    request = park(monkeypatch, parked)
+
+    body = checked_poison_message(json.loads(request["MessageBody"]))
+    assert body["eventId"] != event_id  # cut, so that the message fits
+    assert parked_poison(body).event_id == event_id

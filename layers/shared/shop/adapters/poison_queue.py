@@ -111,8 +111,9 @@ def poison_message_body(record: PoisonRecord) -> str:
     if size <= room:
         return text
     # Only what finds the record again. Its key and position are what its store allows (a DynamoDB key at
-    # most 3 KB, an outbox row's event id what its unique index takes, 2,704 bytes), so this fits whatever
-    # the record holds, even escaped (12 bytes a character at worst).
+    # most 3 KB; an outbox row's event id what its unique index takes, 2,704 bytes once compressed, some
+    # 230 KB of a repetitive id, which its key alone then holds whole: parked_poison reads it there), so
+    # this fits whatever the record holds.
     body["details"] = {}
     body["detailsOmitted"] = "larger than one queue message; the record's key finds it in its store"
     body["eventId"] = _cut(record.event_id, _LONGEST_KEPT_ID)
@@ -147,15 +148,20 @@ def parked_poison(body: dict[str, Any]) -> ParkedPoison:
     key = key if isinstance(key, dict) else {}
     held = image if isinstance(image, dict) else key if image is None else {}
     position: PoisonPosition
+    event_id = str(body.get("eventId"))
     if held.get("store") == RowPosition.store:
         at = held.get("position")
         position = RowPosition(at if isinstance(at, int) else -1)
+        # The row's own id, whole: the smallest message cuts the body's, and the order database finds a
+        # parked row by its id.
+        whole = held.get("eventId")
+        event_id = whole if isinstance(whole, str) else event_id
     else:
         arn = body.get("streamArn")
         position = StreamPosition(
             str(body.get("sequenceNumber") or ""), arn if isinstance(arn, str) else None
         )
-    return ParkedPoison(event_id=str(body.get("eventId")), position=position, image=image, key=key)
+    return ParkedPoison(event_id=event_id, position=position, image=image, key=key)
 
 
 class PoisonQueue:
