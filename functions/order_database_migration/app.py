@@ -23,6 +23,7 @@ request, with the reason, having changed nothing that step was to change.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ import psycopg
 import urllib3
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shop.adapters.postgres.connection import open_connection
+from shop.adapters.postgres.connection import PasswordUnavailable, open_connection
 from shop.adapters.postgres.relay_mode import SwitchOutOfTime, drop_relay_slot, switch_relay
 from shop.adapters.postgres.replication import slot_name
 from shop.adapters.postgres.schema import apply_migrations
@@ -44,6 +45,10 @@ ANSWER_SECONDS = 15.0  # kept for the answer: its PUT (ANSWER_TIMEOUT_SECONDS, r
 ANSWER_TIMEOUT_SECONDS = 5.0
 MIN_WORK_SECONDS = 5.0  # less than this left: answer FAILED at once, nothing started
 LOCK_WAIT_SECONDS = 10.0  # any one lock: the outbox's (writers wait behind it), the slot's, yoyo's
+# The database password's client is set for the order API's 10 s (shop.adapters.aws: 2 attempts of 1 s to
+# connect and 1 s to read). A deploy has minutes: a fetch that fails is tried again after this pause while
+# they last, rather than failing the deploy, and rolling it back, on a second's hiccup of Secrets Manager.
+PASSWORD_RETRY_SECONDS = 2.0
 
 
 class InvalidRequest(ValueError):
@@ -157,6 +162,20 @@ def handle(event: dict[str, Any], seconds_left: Callable[[], float]) -> tuple[st
     }
 
 
+def with_the_password_fetched_again[T](work: Callable[[], T], seconds_left: Callable[[], float]) -> T:
+    """`work`, run again while the database password cannot be fetched and the time left allows it. The
+    password is needed to connect, so nothing was changed when it failed; `handle` is safe to run again
+    (a deploy run again: every step is idempotent)."""
+    while True:
+        try:
+            return work()
+        except PasswordUnavailable as exc:
+            if seconds_left() < MIN_WORK_SECONDS + PASSWORD_RETRY_SECONDS:
+                raise
+            logger.warning("order database password not fetched; trying again", extra={"error": str(exc)})
+            time.sleep(PASSWORD_RETRY_SECONDS)
+
+
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> None:
     def remaining() -> float:
@@ -166,7 +185,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> None:
         return remaining() - ANSWER_SECONDS
 
     try:
-        reason, data = handle(event, seconds_left)
+        reason, data = with_the_password_fetched_again(lambda: handle(event, seconds_left), seconds_left)
         status = "SUCCESS"
     except Exception as exc:  # noqa: BLE001 (any failure must still answer CloudFormation, with its reason)
         logger.exception("order database migration failed")

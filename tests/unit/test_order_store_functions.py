@@ -5,6 +5,7 @@ give it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from shop.adapters.postgres import replication
-from shop.adapters.postgres.connection import ConnectionSettings
+from shop.adapters.postgres.connection import ConnectionSettings, PasswordUnavailable
 from shop.runtime.polling_publisher import RESERVE_SECONDS
 from tests.conftest import reset_process_state
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
@@ -289,6 +290,63 @@ def test_the_migration_answers_failed_when_a_statement_runs_past_its_time(
     assert "statement timeout" in answer["Reason"]
     assert took < 2.5
     assert relay_state(order_database)[0] == "polling"
+
+
+def test_the_migration_fetches_a_password_it_could_not_get_again_rather_than_fail_the_deploy(
+    migrate, migration_module, order_database, monkeypatch
+):
+    """The secret's client gives up within 5 s (the order API's budget): a deploy, with minutes, tries
+    again; a FAILED answer would roll the deploy back for a hiccup of Secrets Manager."""
+    fetched: list[bool] = []
+    made: Callable[[Any], ConnectionSettings] = migration_module.connection_settings
+
+    def flaky(settings: Any) -> ConnectionSettings:
+        def password(refresh: bool) -> str | None:
+            fetched.append(refresh)
+            if len(fetched) <= 2:
+                raise PasswordUnavailable("Secrets Manager: ThrottlingException")
+            return None  # the embedded server trusts its socket
+
+        return dataclasses.replace(made(settings), password=password)
+
+    monkeypatch.setattr(migration_module, "connection_settings", flaky)
+    monkeypatch.setattr(migration_module, "PASSWORD_RETRY_SECONDS", 0.01)
+
+    answer = migrate("Update", {"RelayMode": "logical"}, old={"RelayMode": "polling"})
+
+    assert answer["Status"] == "SUCCESS"
+    assert len(fetched) >= 3
+    assert relay_state(order_database) == ("logical", True)
+
+
+def test_the_migration_answers_failed_when_the_password_stays_out_of_reach_within_its_time(
+    migrate, migration_module, order_database, monkeypatch
+):
+    made: Callable[[Any], ConnectionSettings] = migration_module.connection_settings
+
+    def unreachable(settings: Any) -> ConnectionSettings:
+        def password(refresh: bool) -> str | None:
+            raise PasswordUnavailable("Secrets Manager: connect timeout")
+
+        return dataclasses.replace(made(settings), password=password)
+
+    monkeypatch.setattr(migration_module, "connection_settings", unreachable)
+    monkeypatch.setattr(migration_module, "PASSWORD_RETRY_SECONDS", 0.2)
+    monkeypatch.setattr(migration_module, "ANSWER_SECONDS", 0.5)
+    monkeypatch.setattr(migration_module, "MIN_WORK_SECONDS", 0.5)
+    started = time.monotonic()
+
+    answer = migrate(
+        "Update",
+        {"RelayMode": "logical"},
+        old={"RelayMode": "polling"},
+        context=LambdaContext(timeout_seconds=2),
+    )
+
+    assert answer["Status"] == "FAILED"
+    assert "PasswordUnavailable" in answer["Reason"]
+    assert time.monotonic() - started < 2
+    assert relay_state(order_database) == ("polling", False)
 
 
 def test_the_migration_answers_failed_when_its_settings_are_missing(migrate, order_database, monkeypatch):
