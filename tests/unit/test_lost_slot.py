@@ -60,6 +60,26 @@ SLOT = replication.slot_name(SETTINGS.database_name)
 NO_TIME_LEFT = lambda: 0.0  # noqa: E731 (nothing is waited for)
 
 
+class TimeUntilTheFirstWait:
+    """An invocation's time left: plenty for the recovery's statements (a slot's creation on a loaded
+    machine may take a second, the statement limit NO_TIME_LEFT leaves), none once it would wait for the
+    relay to drain the gap (its first sleep): the run hands the gap over and returns at once."""
+
+    def __init__(self) -> None:
+        self.waited = False
+
+    def seconds_left(self) -> float:
+        return 0.0 if self.waited else 60.0
+
+    def sleep(self, seconds: float) -> None:
+        self.waited = True
+
+
+def recover_without_waiting(database: Database, request: dict[str, Any]) -> Any:
+    clock = TimeUntilTheFirstWait()
+    return recover_slot(database, SETTINGS, request, clock.seconds_left, sleep=clock.sleep)
+
+
 def countdown(seconds: float) -> Callable[[], float]:
     """An invocation's time left: `seconds` plus the functions' 5 s reserve, running out in real time (a
     broken wait ends the test instead of hanging it)."""
@@ -317,8 +337,8 @@ def test_while_the_slot_is_lost_retention_keeps_the_rows_its_recovery_may_republ
     assert state(database).problem is None
     assert maintain_order_store(database, SETTINGS, lambda: 60.0).outbox_rows_deleted == 0
 
-    plan = recover_slot(database, SETTINGS, {}, NO_TIME_LEFT)
-    run = recover_slot(database, SETTINGS, {"execute": True, "includeExpired": True}, NO_TIME_LEFT)
+    plan = recover_without_waiting(database, {})
+    run = recover_without_waiting(database, {"execute": True, "includeExpired": True})
     drain(database)
 
     assert (plan.gap_rows, plan.expired) == (1, 1)  # left out unless includeExpired: not complete
@@ -342,7 +362,7 @@ def test_while_a_slot_lost_before_any_bound_was_recorded_retention_deletes_no_ou
     assert orders_in_outbox(order_database) == {old, recent}
 
     since = (datetime.now(UTC) - timedelta(days=31)).isoformat()
-    recover_slot(database, SETTINGS, {"execute": True, "since": since, "includeExpired": True}, NO_TIME_LEFT)
+    recover_without_waiting(database, {"execute": True, "since": since, "includeExpired": True})
     drain(database)
     assert sorted(o for o, _, _ in recording_bus.accepted) == sorted([old, recent])
     assert maintain_order_store(database, SETTINGS, lambda: 60.0).outbox_rows_deleted == 1
@@ -381,7 +401,7 @@ def test_recover_slot_republishes_every_event_the_lost_slot_held_once_each_order
         relay_round(database)
     assert maintain_order_store(database, SETTINGS, lambda: 60.0).slot_lost is True
 
-    plan = recover_slot(database, SETTINGS, {}, NO_TIME_LEFT)
+    plan = recover_without_waiting(database, {})
 
     assert plan.dry_run
     assert not plan.complete
@@ -393,7 +413,7 @@ def test_recover_slot_republishes_every_event_the_lost_slot_held_once_each_order
     assert state(database).exists is False  # a dry run changes nothing
     assert state(database).recovery_since is None
 
-    run = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    run = recover_without_waiting(database, {"execute": True})
 
     assert run.failed is None
     assert run.gap_rows == 5
@@ -449,7 +469,7 @@ def test_a_row_committed_while_the_slot_is_recreated_goes_out_once_after_its_ord
 
     monkeypatch.setattr(order_store_slot_recovery, step, step_then_write)
     try:
-        run = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+        run = recover_without_waiting(database, {"execute": True})
     finally:
         writer.close()
     drain(database)
@@ -475,7 +495,7 @@ def test_a_replay_whose_message_the_lost_slot_held_is_published_after_the_recove
     assert replay.selection.reset == [event_id]
     drop_slot(order_database)  # before the relay read the replay's message
 
-    run = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    run = recover_without_waiting(database, {"execute": True})
     drain(database)
 
     assert run.gap_rows == 0
@@ -492,7 +512,7 @@ def test_a_recovery_the_maintenance_function_finished_meanwhile_is_reported_repu
 ):
     place_orders(database, 1)
     drop_slot(order_database)
-    recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    recover_without_waiting(database, {"execute": True})
     drain(database)
     real_finish = slot_recovery.finish_recovery_if_drained  # what the runtime module calls
     other = Database(order_database)
@@ -535,7 +555,7 @@ def test_a_run_whose_recovery_another_run_recorded_again_does_not_report_the_gap
     assert any("another recover-slot run" in message for message in first.messages)
     assert state(database).needs_recovery
     assert recording_bus.accepted == []
-    second = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)  # the second run goes on
+    second = recover_without_waiting(database, {"execute": True})  # the second run goes on
     drain(database)
     assert second.failed is None
     assert sorted(o for o, _, _ in recording_bus.accepted) == sorted(orders)
@@ -577,7 +597,7 @@ def test_a_gap_row_parked_after_the_run_ended_is_named_by_the_next_run_whatever_
     drop_slot(order_database)
     poison = outbox_ids(order_database)[(orders[1], 1)]
     recording_bus.reject.add(poison)
-    handed = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    handed = recover_without_waiting(database, {"execute": True})
     drain(database)
 
     maintain_order_store(database, SETTINGS, lambda: 60.0)
@@ -601,14 +621,14 @@ def test_a_drained_recovery_left_for_its_report_does_not_hold_back_the_next_loss
     place_orders(database, 1)
     drop_slot(order_database)
     recording_bus.reject.update(outbox_ids(order_database).values())
-    first = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    first = recover_without_waiting(database, {"execute": True})
     drain(database)
     maintain_order_store(database, SETTINGS, lambda: 60.0)  # records the bound; leaves the recovery
     assert state(database).recovery_since is not None
     drop_slot(order_database)  # lost again
 
-    plan = recover_slot(database, SETTINGS, {}, NO_TIME_LEFT)
-    run = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    plan = recover_without_waiting(database, {})
+    run = recover_without_waiting(database, {"execute": True})
 
     assert first.since is not None
     assert plan.since_source is not None
@@ -623,7 +643,7 @@ def test_recover_slot_replaces_an_invalidated_slot(
     orders = place_orders(database, 2)
     invalidate_slot(order_database)
 
-    run = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    run = recover_without_waiting(database, {"execute": True})
     drain(database)
 
     assert run.failed is None
@@ -648,7 +668,7 @@ def test_a_recovery_stopped_half_way_is_reported_as_such_keeps_the_alarm_on_and_
 
     with monkeypatch.context() as patch:
         patch.setattr(order_store_slot_recovery, "hand_over_gap", database_gone)
-        stopped = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+        stopped = recover_without_waiting(database, {"execute": True})
 
     assert stopped.failed is not None
     assert stopped.failed.startswith("hand the gap to the relay")
@@ -659,7 +679,7 @@ def test_a_recovery_stopped_half_way_is_reported_as_such_keeps_the_alarm_on_and_
         drain(database)  # the new slot holds what commits after it, not the gap: not read yet
     assert recording_bus.accepted == []
 
-    again = recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT)
+    again = recover_without_waiting(database, {"execute": True})
     drain(database)
 
     assert again.failed is None
@@ -689,7 +709,7 @@ def test_an_event_committed_after_a_recovery_stopped_half_way_waits_for_its_orde
     with pytest.raises(ReplicationSlotLost):
         relay_round(database)  # a relay invocation meanwhile
 
-    assert recover_slot(database, SETTINGS, {"execute": True}, NO_TIME_LEFT).failed is None
+    assert recover_without_waiting(database, {"execute": True}).failed is None
     drain(database)
 
     assert recording_bus.sequences_by_order() == {order: [1, 2]}
@@ -706,7 +726,7 @@ def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_th
     drop_slot(order_database)
     since = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
-    run = recover_slot(database, SETTINGS, {"execute": True, "since": since}, NO_TIME_LEFT)
+    run = recover_without_waiting(database, {"execute": True, "since": since})
     drain(database)
 
     ids = outbox_ids(order_database)
@@ -722,7 +742,7 @@ def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_th
     assert (finished.republished, finished.expired, finished.complete) == (True, 1, False)
     assert any("replay --from" in m and "--include-expired" in m for m in finished.messages)
 
-    included = recover_slot(database, SETTINGS, {"since": since, "includeExpired": True}, NO_TIME_LEFT)
+    included = recover_without_waiting(database, {"since": since, "includeExpired": True})
     assert included.messages == ["the slot is healthy: nothing to recover"]
 
 
@@ -738,7 +758,7 @@ def test_the_release_before_migration_0006_can_still_clear_and_begin_a_recovery_
         )
     drop_slot(order_database)
     since = (datetime.now(UTC) - timedelta(days=30)).isoformat()
-    recover_slot(database, SETTINGS, {"execute": True, "since": since}, NO_TIME_LEFT)  # expired: 1, recorded
+    recover_without_waiting(database, {"execute": True, "since": since})  # expired: 1, recorded
     with connect(order_database) as connection:
         # the previous release's finish, then its begin (shop.adapters.postgres.slot_recovery at a59d80c)
         finished = connection.execute(
