@@ -227,6 +227,52 @@ def test_a_malformed_message_fails_alone(invoke, inventory, template):
     )
 
 
+BAD_LINES = pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("quantity", -3),  # int() took it: the reservation added 3 to the stock
+        ("quantity", 0),
+        ("quantity", 2.9),
+        ("quantity", "2"),
+        ("quantity", True),
+        ("quantity", None),
+        ("sku", ""),
+        ("sku", 7),
+    ],
+    ids=["negative", "zero", "fraction", "string", "bool", "null", "empty-sku", "number-sku"],
+)
+
+
+def with_bad_line(record: dict[str, Any], lines: str, field: str, value: Any) -> dict[str, Any]:
+    """The record as another event (m-bad) whose line naming SKU-RED-MUG carries `value` as `field`."""
+    bad = with_event_id(record, "e-bad")
+    body = json.loads(bad["body"])
+    [line] = [line for line in body["detail"]["data"][lines] if line["sku"] == "SKU-RED-MUG"]
+    line[field] = value
+    return delivered_as({**bad, "body": json.dumps(body)}, "m-bad")
+
+
+@BAD_LINES
+def test_an_order_line_the_contract_forbids_fails_its_message_alone_and_moves_no_stock(
+    invoke, inventory, template, caplog, field, value
+):
+    event = load_event("sqs_inventory_order_created.json")
+    [good] = event["Records"]
+    event["Records"] = [with_bad_line(good, "items", field, value), good]
+
+    assert failures(invoke(INVENTORY, event)) == ["m-bad"]
+
+    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
+    assert (logged["event_id"], logged["error_type"]) == ("e-bad", "InvalidEnvelope")
+    # Only the good message reserved: 2 mugs and a pen out of 10 and 5, one InventoryReserved of its lines.
+    assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (8, 4)
+    [reserved] = outbox(template, "InventoryTable")
+    assert reserved["data"]["lines"] == [
+        {"sku": "SKU-BLUE-PEN", "quantity": 1},
+        {"sku": "SKU-RED-MUG", "quantity": 2},
+    ]
+
+
 def test_a_failed_message_is_logged_with_its_message_and_event_ids_and_counted(
     invoke, inventory, monkeypatch, capsys, caplog
 ):
@@ -524,6 +570,23 @@ def test_inventory_rejected_rejects_the_pending_order(invoke, orders, pending_or
 
     assert orders.get_order(ORDER_ID).status is OrderStatus.REJECTED
     assert [e["type"] for e in outbox(template, "OrdersTable")].count("OrderRejected") == 1
+
+
+@BAD_LINES
+def test_an_inventory_rejected_line_the_contract_forbids_fails_its_message_alone(
+    invoke, orders, pending_order, caplog, field, value
+):
+    event = load_event("sqs_order_status_inventory_rejected.json")
+    [good] = event["Records"]
+    event["Records"] = [with_bad_line(good, "lines", field, value), good]
+
+    assert failures(invoke(ORDER_STATUS, event)) == ["m-bad"]
+
+    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
+    assert (logged["event_id"], logged["error_type"]) == ("e-bad", "InvalidEnvelope")
+    rejection = orders.get_order(ORDER_ID).rejection
+    assert rejection is not None
+    assert [(line.sku, line.quantity) for line in rejection.lines] == [("SKU-RED-MUG", 2)]
 
 
 def test_status_write_that_landed_before_a_crash_is_not_applied_twice(

@@ -101,14 +101,33 @@ class InventoryRepository(Protocol):
         """Store `changed` (no stock moves, no event)."""
 
 
+def stock_line(line: object, event: CloudEvent) -> tuple[str, int]:
+    """A line's SKU and quantity as the contract states them (docs/asyncapi.yaml: a SKU string, an integer
+    quantity of at least 1), else InvalidEnvelope. No coercion: int() would take -3 (a reservation that
+    adds stock), 2.9 or "2" (2), True (1); an empty SKU names no stock item."""
+    sku = line.get("sku") if isinstance(line, dict) else None
+    quantity = line.get("quantity") if isinstance(line, dict) else None
+    # bool is an int subclass: True is no quantity.
+    if not isinstance(sku, str) or not sku or type(quantity) is not int or quantity < 1:
+        raise InvalidEnvelope(
+            "line without a SKU string and an integer quantity of at least 1",
+            {"eventId": event.id, "sku": repr(sku)[:100], "quantity": repr(quantity)[:100]},
+        )
+    return sku, quantity
+
+
 def order_lines(event: CloudEvent) -> tuple[tuple[str, int], ...]:
     """The order's quantities per SKU (an order may list a SKU on several lines)."""
     try:
-        totals: Counter[str] = Counter()
-        for item in event.data["items"]:
-            totals[str(item["sku"])] += int(item["quantity"])
-    except (KeyError, TypeError, ValueError) as exc:
+        items = event.data["items"]
+    except (KeyError, TypeError) as exc:
         raise InvalidEnvelope("order event without valid items", {"eventId": event.id}) from exc
+    if not isinstance(items, list) or not items:
+        raise InvalidEnvelope("order event without valid items", {"eventId": event.id})
+    totals: Counter[str] = Counter()
+    for item in items:
+        sku, quantity = stock_line(item, event)
+        totals[sku] += quantity
     return tuple(sorted(totals.items()))
 
 

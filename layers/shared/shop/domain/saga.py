@@ -5,6 +5,7 @@ from __future__ import annotations
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import InvalidEnvelope
 from shop.domain.event_names import INVENTORY_REJECTED, INVENTORY_RESERVED
+from shop.domain.inventory import stock_line
 from shop.domain.orders import OrderRejection, OrderService, OrderStatus, RejectedLine, RejectionReason
 
 _STATUS_FOR_INVENTORY_ANSWER = {
@@ -18,7 +19,7 @@ def rejection_of(event: CloudEvent) -> OrderRejection:
     the reservation's `lines` asked of it, UNKNOWN_SKU when `unknownSkus` names it (events emitted before
     the inventory told the two apart name none: INSUFFICIENT_STOCK)."""
     try:
-        asked = {str(line["sku"]): int(line["quantity"]) for line in event.data["lines"]}
+        asked = dict(stock_line(line, event) for line in event.data["lines"])
         unknown = {str(sku) for sku in event.data.get("unknownSkus", [])}
         lines = tuple(
             RejectedLine(
