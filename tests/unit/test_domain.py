@@ -7,6 +7,7 @@ import json
 import re
 from datetime import UTC, datetime
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from shop.domain.errors import IllegalTransition, InvalidEnvelope
 from shop.domain.event_types import EVENT_TYPES, ORDER_STATUSES, REJECTION_REASONS, RESERVATION_STATUSES
 from shop.domain.inventory import ReservationStatus
 from shop.domain.orders import Order, OrderLine, OrderStatus, PlaceOrder, RejectionReason
-from shop.domain.outbox import OutboxEntry
+from shop.domain.outbox import OutboxEntry, outbox_entry
 from shop.domain.publishing import interleave_orders, ordered_chunks
 
 
@@ -62,6 +63,78 @@ def test_envelope_round_trips_and_rejects_what_is_not_a_cloudevent():
             CloudEvent.from_dict(broken)
     with pytest.raises(InvalidEnvelope):
         CloudEvent.from_json("{not json")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"source": "shop orders%zz"},  # a space, and "%" not followed by two hex digits
+        {"source": "shop.orders%2"},
+        {"source": "1shop:orders"},  # a ":" in the first segment without a valid scheme before it
+        {"source": "shop.orders#a#b"},
+        {"Correlation-Id": "x"},
+        {"foo_bar": 1},
+        {"traceParent": "x"},
+        {"data_base64": "AAAA"},
+        {"datacontenttype": 5},
+        {"datacontenttype": ""},
+        {"dataschema": 5},
+        {"dataschema": "not a uri"},
+        {"dataschema": "schemas/order.json"},  # a relative reference: the URI type is absolute
+        {"time": "20240101T000000Z"},  # ISO 8601's basic format
+        {"time": "2024-01-01T00Z"},
+        {"time": "2024-01-01T00:00Z"},
+        {"time": "2024-01-01T00:00:00,5Z"},
+        {"time": "2024-01-01 00:00:00Z"},
+        {"time": "2024-01-01T00:00:00+0100"},
+        {"time": "2024-01-01T00:00:00.Z"},
+        {"time": "\uff12\uff10\uff12\uff14-01-01T00:00:00Z"},  # fullwidth digits (\d takes them)
+        {"time": "2016-12-31T23:59:60Z"},  # RFC 3339 allows a leap second; no datetime holds one
+    ],
+    ids=lambda change: ",".join(f"{k}={v}" for k, v in change.items()),
+)
+def test_an_envelope_cloudevents_forbids_is_refused_and_a_relay_parks_it(change: dict[str, Any]) -> None:
+    raw = json.loads(
+        CloudEvent.new(
+            source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+        ).to_json()
+    )
+
+    with pytest.raises(InvalidEnvelope):
+        CloudEvent.from_dict({**raw, **change})
+    with pytest.raises(InvalidEnvelope):  # what every relay calls on a record before sending it
+        outbox_entry(json.dumps({**raw, **change}), 262_144)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"source": "urn:shop:orders"},
+        {"source": "https://shop.example/orders?x=%C3%A9#top"},
+        {"source": "/orders"},
+        {"partitionkey": "o-1"},  # any extension named by the rule
+        {"averyverylongextensionname2": 1},  # longer than the 20 characters names SHOULD NOT exceed
+        {"dataschema": "https://shop.example/schemas/order.json"},
+        {"datacontenttype": "application/vnd.shop+json; charset=utf-8"},
+        {"datacontenttype": None},  # JSON format: null is absent
+        {"causationid": None},
+        {"time": "2024-01-01t00:00:00z"},  # RFC 3339, 5.6: "T" and "Z" may be lower case
+        {"time": "2024-01-01T00:00:00.123456789Z"},
+        {"time": "2024-01-01T00:00:00-00:00"},
+        {"time": "2024-01-01T01:00:00+01:00"},
+    ],
+    ids=lambda change: ",".join(f"{k}={v}" for k, v in change.items()),
+)
+def test_an_envelope_cloudevents_allows_is_accepted_and_published_as_stored(change: dict[str, Any]) -> None:
+    raw = json.loads(
+        CloudEvent.new(
+            source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+        ).to_json()
+    )
+    envelope = json.dumps({**raw, **change})
+
+    CloudEvent.from_dict({**raw, **change})
+    assert outbox_entry(envelope, 262_144).detail == envelope
 
 
 @pytest.mark.parametrize("attribute", ["time", "specversion"])

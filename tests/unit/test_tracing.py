@@ -83,7 +83,51 @@ def test_a_malformed_traceparent_never_makes_an_event_invalid() -> None:
     ).to_dict()
 
     assert CloudEvent.from_dict({**raw, "traceparent": 42}).traceparent is None
-    assert CloudEvent.from_dict({**raw, "traceparent": "garbage"}).traceparent == "garbage"  # kept as sent
+    assert CloudEvent.from_dict({**raw, "traceparent": "garbage"}).traceparent is None  # dropped
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        "garbage",
+        42,
+        None,
+        "00-00000000000000000000000000000000-53995c3f42cd8ad8-01",  # all-zero trace id: invalid (W3C)
+        "00-5759E988BD862E3FE1BE46A994272793-53995c3f42cd8ad8-01",  # upper-case hex: invalid (W3C)
+    ],
+)
+def test_the_relay_publishes_an_envelope_without_its_malformed_traceparent(traceparent: object) -> None:
+    from shop.domain.envelope import CloudEvent
+    from shop.domain.outbox import outbox_entry
+
+    event = CloudEvent.new(
+        source="shop.orders", type="OrderCreated", subject="o-1", sequence=1, data={}, correlation_id="c"
+    )
+    envelope = json.dumps({**event.to_dict(), "traceparent": traceparent})
+
+    entry = outbox_entry(envelope, 262_144)
+
+    # Dropped, not parked (tracing is best effort), as a trace header PutEvents would refuse is.
+    assert json.loads(entry.detail) == event.to_dict()
+    assert entry.size < len(envelope.encode()) + len(event.source) + len(event.type) + 14
+    assert entry.trace_header is None
+    assert CloudEvent.from_json(entry.detail) == event
+
+
+def test_the_relay_publishes_a_valid_traceparent_and_data_naming_one_as_stored() -> None:
+    from shop.domain.envelope import CloudEvent
+    from shop.domain.outbox import outbox_entry
+
+    event = CloudEvent.new(
+        source="shop.orders",
+        type="OrderCreated",
+        subject="o-1",
+        sequence=1,
+        data={"traceparent": "garbage"},  # data's own, not the attribute
+        correlation_id="c",
+    )
+    for envelope in (event.to_json(), event.traced(HEADER).to_json()):
+        assert outbox_entry(envelope, 262_144).detail == envelope
 
 
 def test_the_relay_gets_the_x_ray_header_back_from_the_envelope_when_none_is_stored_beside_it() -> None:

@@ -4,19 +4,26 @@ Extensions: `sequence` (the aggregate version after the change, an integer), `co
 (the originating request), `causationid` (the event that caused this one, if any), and `traceparent`
 (the CloudEvents distributed-tracing extension: the W3C trace context of the write that produced the
 event, for consumers outside AWS; shop.domain.tracing). A missing or malformed traceparent never
-makes an event invalid: tracing is best effort.
+makes an event invalid: tracing is best effort, a malformed one is dropped (the relay publishes the
+envelope without it: shop.domain.outbox).
+
+What CloudEvents 1.0 forbids is refused (InvalidEnvelope: a relay parks the record, a consumer
+dead-letters the message): an attribute name other than lower-case a-z and 0-9, a `source` that is not a
+URI-reference, a `time` that is not RFC 3339, a non-string `datacontenttype` or a `dataschema` that is no
+absolute URI, and `data_base64` (this system's events carry JSON data only).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from shop.domain.errors import EventTooLarge, InvalidEnvelope
-from shop.domain.tracing import LONGEST_TRACEPARENT, from_xray_header
+from shop.domain.tracing import LONGEST_TRACEPARENT, from_traceparent, from_xray_header
 
 SPEC_VERSION = "1.0"
 CONTENT_TYPE = "application/json"
@@ -24,6 +31,23 @@ CONTENT_TYPE = "application/json"
 # of the same change produces the same id, and consumers dedupe on it.
 _EVENT_ID_NAMESPACE = uuid.UUID("6f1c5a1e-6d2b-4f49-9a0e-2c4b0f3f8e21")
 _REQUIRED = ("specversion", "id", "source", "type", "subject", "time", "data", "sequence", "correlationid")
+
+# CloudEvents 1.0, "Attribute Naming Convention": lower-case ASCII letters and digits only. (It also says
+# names SHOULD NOT exceed 20 characters: a SHOULD, so a longer one is not refused.)
+_ATTRIBUTE_NAME = re.compile(r"[a-z0-9]+", re.ASCII)
+# RFC 3339's date-time (section 5.6): full-date "T" full-time, seconds required, "." before the fraction, an
+# offset of Z or +hh:mm/-hh:mm (optional here only to name its absence); "T" and "Z" in either case (5.6's
+# note). fromisoformat alone also takes ISO 8601 forms RFC 3339 excludes (20240101T000000Z, 2024-01-01T00Z,
+# 2024-01-01T00:00Z, a comma before the fraction, a space for the "T"). A leap second (:60) matches this
+# but no datetime holds it: refused.
+_RFC3339_DATE_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?([Zz]|[+-]\d{2}:\d{2})?", re.ASCII
+)
+# RFC 3986's characters of a URI-reference: unreserved, sub-delims, gen-delims (":/?#[]@"), and "%" only
+# as the percent-encoding of an octet (two hex digits). Not checked: where "[" and "]" may stand (an
+# IP-literal host) and the authority's own syntax.
+_URI_CHARACTERS = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:/?#\[\]@]|%[0-9A-Fa-f]{2})*", re.ASCII)
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*", re.ASCII)
 
 # PutEvents counts a fixed 14 bytes for the Time field of every entry.
 _ENTRY_OVERHEAD_BYTES = 14
@@ -43,16 +67,37 @@ def format_time(moment: datetime) -> str:
 
 def parse_time(text: str) -> datetime:
     """An RFC 3339 timestamp. RFC 3339 requires the offset: a naive time is refused, never guessed. Its
-    "T" and "Z" may be lower case (RFC 3339, section 5.6). One whose UTC time falls outside years 1 to
-    9999 (0001-01-01T00:00:00+01:00) is refused too: every use of it in UTC (format_time) would fail."""
-    moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
-    if moment.tzinfo is None:
+    "T" and "Z" may be lower case (RFC 3339, section 5.6). The other ISO 8601 forms Python's fromisoformat
+    takes are refused, and so is a leap second (23:59:60Z: a datetime cannot hold it). One whose UTC time
+    falls outside years 1 to 9999 (0001-01-01T00:00:00+01:00) is refused too: every use of it in UTC
+    (format_time) would fail."""
+    found = _RFC3339_DATE_TIME.fullmatch(text)
+    if found is None:
+        raise ValueError(f"timestamp {text[:100]!r} is not an RFC 3339 date-time")
+    if found.group(1) is None:
         raise ValueError(f"timestamp {text!r} has no UTC offset")
+    moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     try:
         moment.astimezone(UTC)
     except OverflowError:
         raise ValueError(f"timestamp {text!r} is out of range in UTC (years 1 to 9999)") from None
     return moment
+
+
+def is_uri_reference(text: str) -> bool:
+    """Whether `text` is an RFC 3986 URI-reference, as far as _URI_CHARACTERS goes: its characters, at most
+    one "#" (the fragment has none), and a ":" before the first "/", "?" or "#" only after a valid scheme
+    (a relative reference's first segment holds none)."""
+    if not _URI_CHARACTERS.fullmatch(text) or text.count("#") > 1:
+        return False
+    head = re.split(r"[/?#]", text, maxsplit=1)[0]
+    return ":" not in head or bool(_URI_SCHEME.fullmatch(head.split(":", 1)[0]))
+
+
+def is_absolute_uri(text: str) -> bool:
+    """Whether `text` is a URI-reference with a scheme (CloudEvents' URI type: RFC 3986 section 4.3)."""
+    head = re.split(r"[/?#]", text, maxsplit=1)[0]
+    return is_uri_reference(text) and ":" in head
 
 
 def echoed(value: str) -> str:
@@ -61,6 +106,12 @@ def echoed(value: str) -> str:
     if len(value) <= ECHOED_CHARACTERS:
         return value
     return f"{value[:ECHOED_CHARACTERS]}... ({len(value) - ECHOED_CHARACTERS} more characters cut)"
+
+
+def valid_traceparent(value: Any) -> str | None:
+    """`value` if it is a valid W3C traceparent (shop.domain.tracing), else None: tracing is best effort, so
+    a malformed one is dropped, never a reason to refuse the event."""
+    return value if isinstance(value, str) and from_traceparent(value) is not None else None
 
 
 def event_id_for(source: str, subject: str, sequence: int, event_type: str) -> str:
@@ -173,6 +224,14 @@ class CloudEvent:
     def from_dict(cls, raw: Any) -> CloudEvent:
         if not isinstance(raw, dict):
             raise InvalidEnvelope("envelope is not a JSON object")
+        if "data_base64" in raw:
+            raise InvalidEnvelope("attribute data_base64: this system's events carry JSON data only")
+        badly_named = [name for name in raw if name != "data" and not _ATTRIBUTE_NAME.fullmatch(name)]
+        if badly_named:
+            raise InvalidEnvelope(
+                "attribute names must be lower-case letters and digits",
+                {"names": echoed(", ".join(badly_named))},
+            )
         missing = [name for name in _REQUIRED if name not in raw]
         if missing:
             raise InvalidEnvelope("envelope lacks required attributes", {"missing": missing})
@@ -181,6 +240,17 @@ class CloudEvent:
         for name in ("id", "source", "type", "subject", "time", "correlationid"):
             if not isinstance(raw[name], str) or not raw[name]:
                 raise InvalidEnvelope(f"attribute {name} must be a non-empty string")
+        if not is_uri_reference(raw["source"]):
+            raise InvalidEnvelope(
+                "attribute source is not a URI-reference (RFC 3986)", {"source": echoed(raw["source"])}
+            )
+        # JSON format: an attribute whose value is null is absent.
+        content_type = raw.get("datacontenttype")
+        if content_type is not None and (not isinstance(content_type, str) or not content_type):
+            raise InvalidEnvelope("attribute datacontenttype must be a non-empty string")
+        schema = raw.get("dataschema")
+        if schema is not None and (not isinstance(schema, str) or not is_absolute_uri(schema)):
+            raise InvalidEnvelope("attribute dataschema must be an absolute URI")
         sequence = raw["sequence"]
         if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 1:
             raise InvalidEnvelope("attribute sequence must be a positive integer")
@@ -204,9 +274,9 @@ class CloudEvent:
             sequence=sequence,
             correlationid=raw["correlationid"],
             causationid=causation,
-            traceparent=raw["traceparent"] if isinstance(raw.get("traceparent"), str) else None,
+            traceparent=valid_traceparent(raw.get("traceparent")),
             data=raw["data"],
-            datacontenttype=raw.get("datacontenttype", CONTENT_TYPE),
+            datacontenttype=content_type or CONTENT_TYPE,
         )
 
     @classmethod

@@ -6,6 +6,7 @@ entry reaches the bus is adapters.eventbridge.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from shop.domain.envelope import CloudEvent, echoed, entry_size
@@ -48,7 +49,8 @@ def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None =
     """
     try:
         event = CloudEvent.from_json(envelope)
-        size = entry_size(event.source, event.type, envelope)
+        detail = _without_malformed_traceparent(envelope, event)
+        size = entry_size(event.source, event.type, detail)
     except InvalidEnvelope:
         raise
     except Exception as exc:  # e.g. a lone surrogate escape: UnicodeEncodeError when sized
@@ -68,7 +70,7 @@ def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None =
         event_id=event.id,
         source=event.source,
         detail_type=event.type,
-        detail=envelope,
+        detail=detail,
         aggregate=f"{event.source}|{event.subject}",
         sequence=event.sequence,
         occurred_at=event.time,
@@ -76,6 +78,19 @@ def outbox_entry(envelope: str, max_event_bytes: int, trace_header: str | None =
         trace_header=trace_header or _xray_header(event.traceparent),
         size=size,
     )
+
+
+def _without_malformed_traceparent(envelope: str, event: CloudEvent) -> str:
+    """The envelope to publish: the stored one, less a traceparent that CloudEvent dropped as malformed
+    (tracing is best effort, as for a trace header PutEvents would refuse: the event goes without it rather
+    than parked, and consumers never see an invalid traceparent)."""
+    if event.traceparent is not None or '"traceparent"' not in envelope:
+        return envelope  # the common case, decoded once
+    raw = json.loads(envelope)
+    if "traceparent" not in raw:
+        return envelope  # the text was in the data, not an attribute
+    del raw["traceparent"]
+    return json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
 
 
 def _xray_header(traceparent: str | None) -> str | None:
