@@ -4,6 +4,7 @@ the events the domain really builds."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs in .venv; only validates here
@@ -170,6 +171,35 @@ def test_every_event_the_domain_emits_has_a_message_its_envelope_validates_again
     for event in events:
         envelope = json.loads(event.to_json())
         payload_validator(document, event.type).validate(envelope)
+
+
+def events_page_prose() -> str:
+    """docs/events.md less its generated table: what people wrote, which no generator keeps current."""
+    page = pages.EVENTS.read_text()
+    return page[: page.index("<!-- events:start -->")] + page[page.index("<!-- events:end -->") :]
+
+
+def test_the_events_page_names_every_envelope_attribute_the_domain_emits(
+    aws: None, template: Template, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Traced as the repositories store them (a write in Lambda carries a trace header).
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    emitted = {
+        name
+        for event in emitted_by_the_saga(template, monkeypatch)
+        for name in event.traced(header).to_dict()
+    }
+    named = set(re.findall(r"`([a-z0-9]+)`", events_page_prose()))
+
+    assert {"causationid", "traceparent"} <= emitted  # the optional ones too
+    assert emitted - named == set()
+
+
+def test_every_source_file_the_events_page_names_exists() -> None:
+    named = set(re.findall(r"`(shop/[\w/]+\.py)`", pages.EVENTS.read_text()))
+
+    assert "shop/domain/envelope.py" in named
+    assert {path for path in named if not (ROOT / "layers" / "shared" / path).is_file()} == set()
 
 
 def test_message_schemas_refuse_what_the_domain_does_not_send(

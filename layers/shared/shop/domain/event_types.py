@@ -2,7 +2,7 @@
 
 The builders type their `data` with these declarations (`Order.to_dict`, `Reservation.event`), so mypy
 holds them to it; tools/docs turns them into the JSON Schemas of docs/asyncapi.yaml, and
-tests/unit/test_generated_docs.py validates envelopes the domain really builds against that document.
+tools/docs/tests/test_generated_docs.py validates envelopes the domain really builds against that document.
 `Constraint` adds what a Python type cannot say (a pattern, a minimum, the allowed values); it is
 documentation, not checked at run time.
 """
