@@ -7,8 +7,8 @@
                      AWS::LanguageExtensions expansion (Fn::ForEach, conditions, parameter defaults),
                      once per OrderStore value (cfn.VARIANT_PARAMETER): permissions per store
 - docs/asyncapi.yaml AsyncAPI 3.0: the bus as one channel, one message per event type (the CloudEvents
-                     envelope of shop.envelope, `data` from shop.event_types), the relay's send and
-                     each EventBridge rule's receive operation
+                     envelope of shop.domain.envelope, `data` from shop.domain.event_types), the relay's
+                     send and each EventBridge rule's receive operation
 - docs/events.md     the marked table of event types, their sources and the rules that receive them
 
 Modules: cfn (the expanded template and what it grants), schema (TypedDict -> JSON Schema),

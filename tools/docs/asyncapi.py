@@ -2,8 +2,8 @@
 
 - the channel is the template's event bus; its address follows the bus's Name (`Fn::Sub` of parameters
   becomes channel parameters with the parameters' defaults);
-- one message per event type of shop.event_types; its payload is the CloudEvents envelope as
-  shop.envelope.CloudEvent writes it (attributes, their types and which are always present are read
+- one message per event type of shop.domain.event_types; its payload is the CloudEvents envelope as
+  shop.domain.envelope.CloudEvent writes it (attributes, their types and which are always present are read
   from the code: a sample event's `to_dict()` and the dataclass's annotations) with `source` and
   `type` fixed and `data` the type's declared schema;
 - operations: the relay (the function whose code may put events on the bus) sends every message; each
@@ -24,7 +24,10 @@ from tools.docs.reference import cell, table, ticked
 from tools.docs.schema import SCHEMAS_PATH, SchemaBuilder
 
 ASYNCAPI_VERSION = "3.0.0"
-DOCUMENT_VERSION = "1.0.0"
+# The contract's version (semantic versioning, as docs/events.md "How the contract evolves" says): 1.1.0
+# for what was added to 1.0.0 (traceparent, OrderRejected's rejection, InventoryRejected's unknownSkus, the
+# envelope open to extension attributes).
+DOCUMENT_VERSION = "1.1.0"
 CHANNEL = "eventBus"
 ENVELOPE = "CloudEventEnvelope"
 
@@ -43,7 +46,8 @@ ATTRIBUTES: dict[str, tuple[str, dict[str, Any]]] = {
     "datacontenttype": ("Media type of data.", {"const": CONTENT_TYPE}),
     "sequence": (
         "Extension: the aggregate's version after the change (the order's for order events, the "
-        "reservation's for inventory events).",
+        "reservation's for inventory events). An integer, compared as one: not CloudEvents' documented "
+        "Sequence extension (a string ordered lexicographically).",
         {"minimum": 1},
     ),
     "correlationid": ("Extension: the request that started the saga (X-Correlation-Id).", {}),
@@ -98,8 +102,15 @@ def envelope_schema() -> dict[str, Any]:
         "description": "A CloudEvents 1.0 envelope (JSON format) with this system's extensions. "
         "On EventBridge: Source = source, DetailType = type, Detail = the whole envelope.",
         "required": required,
-        "additionalProperties": False,
         "properties": properties,
+        # Open to extension attributes, as CloudEvents is: a consumer ignores those it does not know. Their
+        # names and values as CloudEvents 1.0 allows them (a value of its types, all strings, integers or
+        # booleans in the JSON format).
+        "propertyNames": {"pattern": "^[a-z0-9]+$"},
+        "additionalProperties": {
+            "type": ["string", "integer", "boolean"],
+            "description": "An extension attribute this document does not list: consumers ignore it.",
+        },
     }
 
 
@@ -220,8 +231,8 @@ def document(template: ExpandedTemplate) -> dict[str, Any]:
             "title": "Order saga events",
             "version": DOCUMENT_VERSION,
             "description": "The events of the transactional outbox reference (docs/events.md). Generated "
-            "by `python -m tools.docs` from template.yaml, shop/envelope.py and shop/event_types.py: "
-            "do not edit.",
+            "by `python -m tools.docs` from template.yaml, shop/domain/envelope.py and "
+            "shop/domain/event_types.py: do not edit.",
         },
         "defaultContentType": CONTENT_TYPE,
         "channels": {CHANNEL: channel},

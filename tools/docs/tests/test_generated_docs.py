@@ -213,13 +213,27 @@ def test_message_schemas_refuse_what_the_domain_does_not_send(
         ("OrderCreated", {**created, "source": "shop.inventory"}),
         ("OrderCreated", {**created, "sequence": 0}),
         ("OrderCreated", {k: v for k, v in created.items() if k != "correlationid"}),
-        ("OrderCreated", {**created, "trace": "x"}),
+        ("OrderCreated", {**created, "Trace-Id": "x"}),  # not a CloudEvents attribute name
+        ("OrderCreated", {**created, "trace": {"id": "x"}}),  # not a CloudEvents attribute type
+        ("OrderCreated", {**created, "data_base64": "AAAA"}),
         ("OrderConfirmed", created),
         ("InventoryRejected", {**rejected, "data": {**rejected["data"], "shortSkus": []}}),
         ("InventoryReserved", {**rejected, "type": "InventoryReserved"}),  # a reason it does not carry
     ]
     for message, envelope in wrong:
         assert not payload_validator(document, message).is_valid(envelope), (message, envelope)
+
+
+def test_the_envelope_schema_admits_extension_attributes_it_does_not_list(
+    aws: None, template: Template, monkeypatch: pytest.MonkeyPatch, document: dict[str, Any]
+) -> None:
+    """CloudEvents lets a producer add extensions (and this one added traceparent after 1.0.0): a consumer
+    validating against the document must not refuse an event for one."""
+    events = {e.type: json.loads(e.to_json()) for e in emitted_by_the_saga(template, monkeypatch)}
+    created = events["OrderCreated"]
+
+    for extension in ({"partitionkey": "o-1"}, {"retries": 2}, {"replayed": True}):
+        payload_validator(document, "OrderCreated").validate({**created, **extension})
 
 
 def inlined(schema: Any, schemas: dict[str, Any]) -> Any:
