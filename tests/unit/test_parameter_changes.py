@@ -7,7 +7,7 @@ For each parameter and both order stores: the resources that must act do (the re
 migration custom resource, the functions get the new configuration, and with SnapStart the alias `live`
 moves to a version published with it), and what holds data stays: the tables, the queues, the bus and
 its archive and the Aurora cluster are never replaced or removed (OrderStore=postgres→dynamodb takes the
-order database out of the stack and keeps it: DeletionPolicy Retain).
+order database out of the stack and keeps it: DeletionPolicy RetainExceptOnCreate).
 """
 
 from __future__ import annotations
@@ -230,11 +230,13 @@ def test_switching_back_to_dynamodb_retains_the_order_database_and_removes_only_
     before = stack(POSTGRES)
     changes = change(POSTGRES, {})
 
-    # The nested stack has DeletionPolicy Retain (its orders, and any outbox rows not yet published, must
-    # not go with a parameter): CloudFormation takes it out of the stack and deletes none of it, the Aurora
-    # cluster included, whatever DatabaseDeletionProtection says (docs/configuration.md: delete its stack
-    # yourself). The functions and resources that only serve it are removed.
-    assert before.resources["OrderDatabase"]["DeletionPolicy"] == "Retain"
+    # The nested stack has DeletionPolicy RetainExceptOnCreate (its orders, and any outbox rows not yet
+    # published, must not go with a parameter; only the rollback of the deploy that created it, when it
+    # holds nothing yet, deletes it): CloudFormation takes it out of the stack and deletes none of it, the
+    # Aurora cluster included, whatever DatabaseDeletionProtection says (docs/configuration.md: delete its
+    # stack yourself). The functions and resources that only serve it are removed.
+    assert before.resources["OrderDatabase"]["DeletionPolicy"] == "RetainExceptOnCreate"
+    assert before.resources["OrderDatabase"]["UpdateReplacePolicy"] == "Retain"
     top = {re.sub(r"Version[0-9a-f]{10}$", "Version*", k) for k in changes.removed if "/" not in k}
     assert top == POSTGRES_ONLY - {"OrderDatabase"}
     assert changes.retained == {"OrderDatabase"} | {

@@ -80,8 +80,9 @@ REPLACEMENT: dict[str, frozenset[str]] = {
     "AWS::CloudFormation::Stack": frozenset(),
 }
 
-# "retain": gone from the template, kept in the account (DeletionPolicy Retain, on it or on the nested
-# stack holding it): CloudFormation removes it from the stack and deletes nothing.
+# "retain": gone from the template, kept in the account (DeletionPolicy Retain, or RetainExceptOnCreate on
+# a resource an update finds already created, on it or on the nested stack holding it): CloudFormation
+# removes it from the stack and deletes nothing.
 Action = Literal["add", "remove", "retain", "modify", "replace", "unchanged"]
 _KEPT_ON_DELETE = frozenset({"Retain", "RetainExceptOnCreate"})
 
