@@ -56,6 +56,7 @@ from tools.iam import (
 )
 from tools.iam.access import NETWORK_INTERFACE_ACTIONS
 from tools.template import ROOT, Template, chosen, parse_yaml
+from tools.template.translate import translate
 
 # The README links to docs/; the promises about the template live in these pages.
 DOCS = {
@@ -885,6 +886,37 @@ def test_relay_stream_mappings_report_item_failures_and_dead_letter(template: Te
     assert props["BisectBatchOnFunctionError"] is True
     assert int(props["MaximumRecordAgeInSeconds"]) < 24 * 3600
     assert props["DestinationConfig"]["OnFailure"]["Destination"] == template.arn("RelayDeadLetterQueue")
+
+
+@pytest.mark.parametrize("snap_start", ["None", "PublishedVersions"])
+def test_what_a_schedule_starts_is_neither_retried_nor_queued_by_lambda(snap_start: str):
+    # EventBridge Scheduler invokes Lambda asynchronously: without an event invoke config on what it
+    # invokes (the alias `live` with SnapStart, the unqualified function, $LATEST, without), Lambda retries
+    # a failed start twice and keeps a throttled one for 6 hours, piling starts onto the next minute's.
+    # Read from the template CloudFormation receives after SAM's transform (tools/template/translate.py).
+    stack = translate({"OrderStore": "postgres", "SnapStart": snap_start})
+    resources = stack.resources
+    started = set()  # (function, qualifier) of every schedule's target
+    for schedule in (r for r in resources.values() if r["Type"] == "AWS::Scheduler::Schedule"):
+        target = schedule["Properties"]["Target"]["Arn"]
+        if "Ref" in target:  # an alias
+            alias = resources[target["Ref"]]
+            assert alias["Type"] == "AWS::Lambda::Alias"
+            started.add((alias["Properties"]["FunctionName"]["Ref"], alias["Properties"]["Name"]))
+        else:
+            started.add((target["Fn::GetAtt"][0], "$LATEST"))
+    assert {"OutboxPublisherFunction", "OrderStoreMaintenanceFunction"} <= {name for name, _ in started}
+    configs = {
+        (r["Properties"]["FunctionName"]["Ref"], r["Properties"]["Qualifier"]): r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::EventInvokeConfig"
+    }
+    for function, qualifier in started:
+        config = configs.get((function, qualifier))
+        assert config is not None, (function, qualifier, sorted(configs))
+        assert config["MaximumRetryAttempts"] == 0, function
+        assert config["MaximumEventAgeInSeconds"] <= 60, function
+        assert not config.get("DestinationConfig"), function  # none: the roles need no grant for one
 
 
 def test_api_auth_is_iam_by_default_and_none_is_allowed(template: Template):
