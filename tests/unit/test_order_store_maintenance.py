@@ -589,3 +589,23 @@ def test_a_published_row_a_replay_makes_pending_while_maintenance_deletes_it_sta
     with connect(order_database) as connection:
         left = connection.execute("SELECT event_id FROM outbox WHERE published_at IS NULL").fetchall()
     assert sorted(event_id for (event_id,) in left) == sorted(event_ids)
+
+
+def test_health_follows_the_relay_that_owns_the_outbox_not_the_functions_configuration(
+    order_database: ConnectionSettings, database: Database
+):
+    """Configured for logical while the database is polling (a relay switch that failed to roll back): the
+    polling publisher refuses to run (RelayModeMismatch), so its pending rows must age into
+    OutboxOldestPendingAge, or the outbox stalls with no alarm (no slot is lost: the mode is polling)."""
+    still_logical = Settings.from_env({"OUTBOX_TTL_DAYS": "16", "POSTGRES_RELAY": "logical"})
+    place(database, 2)
+    with connect(order_database) as connection:
+        connection.execute("UPDATE outbox SET created_at = clock_timestamp() - interval '2 hours'")
+
+    report = maintain_order_store(database, still_logical, lambda: 60.0)
+
+    assert report.slot_lost is False
+    assert report.health is not None
+    assert report.health.pending == 4
+    assert report.health.oldest_pending_seconds is not None
+    assert 7200 <= report.health.oldest_pending_seconds < 7260

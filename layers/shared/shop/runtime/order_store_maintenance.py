@@ -81,15 +81,20 @@ def maintain_order_store(
                 break
     with database.transaction() as cursor:
         state = read_slot_state(cursor, slot)
-        if logical or state.relay_mode == "logical":
+        # The health of the relay that owns the outbox (outbox_relay.mode), as retention reads it: with this
+        # function configured for one relay and the database handed to the other (a deploy on its way, or
+        # one whose relay switch failed to roll back), the other relay's figures would hide its stall (a
+        # polling outbox's pending rows never aged, the alarm silent) or raise a false one.
+        owned_by_logical = state.relay_mode == "logical"
+        if logical or owned_by_logical:
             # Lost (missing or invalidated while the relay mode is logical), or its recovery unfinished.
             report.slot_lost = state.needs_recovery
             report.slot_state = state.describe()
-        if logical:
             report.slot = slot_health(cursor, slot)
+        if owned_by_logical and report.slot is not None:
             readable = report.slot.exists and state.problem is None  # an invalidated slot refuses a peek
             age = oldest_undelivered_seconds(cursor, slot, SLOT_WAIT_SECONDS) if readable else None
-            if age is not None and state.relay_mode == "logical":
+            if age is not None:
                 # Where a lost slot's gap would start; and a recovery the relay has caught up with is over,
                 # unless it left gap rows out or had some parked on the way: recover-slot reports those.
                 record_delivered_before(cursor, slot, age)
