@@ -6,6 +6,7 @@ one store deploys is checked where it exists, and what the other would not deplo
 
 from __future__ import annotations
 
+import ast
 import copy
 import inspect
 import json
@@ -1432,6 +1433,31 @@ def test_every_alarm_has_a_runbook_entry_in_the_readme(template: Template):
     for alarm, (_, link) in documented.items():
         [anchor] = re.findall(r"\]\(#([a-z0-9-]+)\)", link)
         assert anchor in headings, f"{alarm}: no section #{anchor} in docs/operations.md"
+
+
+def logged_messages(*folders: str) -> set[str]:
+    """Every message a logger call under these folders is given (either branch of a conditional one)."""
+    levels = {"debug", "info", "warning", "error", "exception", "critical"}
+    found = set()
+    for folder in folders:
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+                    continue
+                if node.func.attr not in levels:
+                    continue
+                message = node.args[0]
+                branches = [message.body, message.orelse] if isinstance(message, ast.IfExp) else [message]
+                found |= {b.value for b in branches if isinstance(b, ast.Constant) and type(b.value) is str}
+    return found
+
+
+def test_every_message_a_runbook_query_filters_on_is_one_the_code_logs():
+    # A query filtering on a message no longer logged finds nothing, and reads as "nothing went wrong".
+    clauses = re.findall(r"filter message ([^`]+)`", DOCS["operations"])
+    quoted = {message for clause in clauses for message in re.findall(r'"([^"]+)"', clause)}
+    assert quoted, "no Logs Insights `filter message` clause found in docs/operations.md"
+    assert quoted - logged_messages("layers", "functions") == set()
 
 
 # --- the order database's network and password (OrderStore=postgres) -------------------------------------
