@@ -86,6 +86,7 @@ CREATE TABLE public.outbox (
     discarded_at timestamp with time zone,
     discarded_by text,
     discard_reason text,
+    pending_since timestamp with time zone,
     CONSTRAINT outbox_check CHECK (((published_at IS NULL) OR (parked_at IS NULL))),
     CONSTRAINT outbox_sequence_check CHECK ((sequence >= 1))
 );

@@ -211,6 +211,49 @@ def test_the_oldest_pending_age_is_the_oldest_pending_rows_own_to_the_second_and
     assert (caught_up.pending, caught_up.oldest_pending_seconds) == (0, 0.0)
 
 
+def test_a_row_made_pending_again_ages_from_then_not_from_when_it_was_written(
+    order_database: ConnectionSettings, database: Database
+):
+    """A polling replay of an hour-old window, and a redrive of a row parked an hour ago, are not a
+    publisher an hour behind: their rows age from their reset, or outbox-pending-age pages for nothing."""
+    from shop.adapters.postgres.parked import unpark
+
+    replayed, redriven = place(database, 2)
+    with connect(order_database) as connection:
+        connection.execute(
+            "UPDATE outbox SET created_at = clock_timestamp() - interval '1 hour',"
+            " published_at = clock_timestamp() - interval '59 minutes'"
+        )
+        connection.execute(
+            "UPDATE outbox SET published_at = NULL, parked_at = clock_timestamp() - interval '59 minutes'"
+            " WHERE aggregate_id = %s",
+            (redriven,),
+        )
+        event_ids = [
+            e
+            for (e,) in connection.execute(
+                "SELECT event_id::text FROM outbox WHERE aggregate_id = %s", (replayed,)
+            ).fetchall()
+        ]
+        positions = [
+            p
+            for (p,) in connection.execute(
+                "SELECT position FROM outbox WHERE aggregate_id = %s", (redriven,)
+            ).fetchall()
+        ]
+
+    replay = replay_order_store(database, SETTINGS, {"eventIds": event_ids}, lambda: 0.0)
+    with database.transaction() as cursor:
+        unpark(cursor, positions)
+    health = maintain_order_store(database, SETTINGS, lambda: 60.0).health
+
+    assert sorted(replay.selection.reset) == sorted(event_ids)
+    assert health is not None
+    assert health.pending == 4
+    assert health.oldest_pending_seconds is not None
+    assert health.oldest_pending_seconds < 60
+
+
 def test_retention_takes_published_rows_just_past_the_window_and_never_a_pending_row_however_old(
     order_database: ConnectionSettings, database: Database
 ):

@@ -88,8 +88,10 @@ DELETE FROM outbox_replay WHERE replay_id IN (
     LIMIT %s)
 """
 # Each part reads an index or the catalogue, never the whole table: the outbox holds weeks of rows.
+# A row made pending again (a replay's reset, a redrive) waits since then (pending_since), not since it
+# was written: a replay of an old window is not a publisher behind by the window's age.
 _PENDING = """
-SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)
+SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(coalesce(pending_since, created_at))), 0)
 FROM outbox WHERE published_at IS NULL AND parked_at IS NULL
 """
 # Rows a replay set names wait since the relay read its message (activated_at), whatever their own age.

@@ -281,7 +281,9 @@ def reset_for_replay(
     selection.missing = [event_id for event_id in event_ids or [] if event_id not in found]
     if selection.reset and not logical_relay:
         cursor.execute(
-            "UPDATE outbox SET published_at = NULL, last_error = 'replayed' WHERE event_id = ANY(%s)",
+            # pending again since now: its pending age counts from here (shop.adapters.postgres.maintenance)
+            "UPDATE outbox SET published_at = NULL, pending_since = clock_timestamp(),"
+            " last_error = 'replayed' WHERE event_id = ANY(%s)",
             (selection.reset,),
         )
     return selection, [positions[event_id] for event_id in selection.reset]

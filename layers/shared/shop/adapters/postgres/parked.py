@@ -61,7 +61,8 @@ def unpark(cursor: psycopg.Cursor[Any], positions: list[int]) -> None:
     """Clear the parked mark of rows not discarded, recording the redrive (the last error stays)."""
     if positions:
         cursor.execute(
-            "UPDATE outbox SET parked_at = NULL, redriven_at = clock_timestamp()"
+            "UPDATE outbox SET parked_at = NULL, redriven_at = clock_timestamp(),"
+            " pending_since = clock_timestamp()"
             " WHERE position = ANY(%s) AND parked_at IS NOT NULL AND discarded_at IS NULL",
             (positions,),
         )
