@@ -189,13 +189,19 @@ def common_functions() -> set[str]:
 def test_switching_to_postgres_adds_the_order_database_and_moves_every_function_into_its_network():
     changes = change({}, POSTGRES)
 
-    assert changes.removed == set()
+    # The stream relay's stopped alarm reads orders created against events it published: with postgres the
+    # polling publisher publishes them (its pending-age alarm covers a stop).
+    assert changes.removed == DYNAMODB_ONLY
     assert {"OrderDatabase", "OrderDatabase/Cluster", "OrderDatabaseSchema"} <= changes.added
     assert {"OutboxPublisherFunction", "OrderStoreMaintenanceFunction"} <= changes.added
     for function in common_functions():
         assert {"Environment.Variables.ORDER_STORE", "VpcConfig"} <= set(changes[function].paths), function
     # The orders table stays (empty from now on: the orders live in PostgreSQL).
     assert changes["OrdersTable"].action == "unchanged"
+
+
+# What OrderStore=dynamodb alone creates.
+DYNAMODB_ONLY = {"RelayStoppedAlarm"}
 
 
 # What OrderStore=postgres alone creates, removed again by a switch back (SAM's hashed Version id of the
@@ -246,7 +252,7 @@ def test_switching_back_to_dynamodb_retains_the_order_database_and_removes_only_
     }
     assert "OrderDatabase/Cluster" in changes.retained
     assert not {k for k in changes.removed if "/" in k}
-    assert changes.added == set()
+    assert changes.added == DYNAMODB_ONLY
     for function in common_functions():
         assert {"Environment.Variables.ORDER_STORE", "VpcConfig"} <= set(changes[function].paths), function
 
@@ -458,7 +464,9 @@ def test_what_the_language_extensions_cannot_resolve_stays_an_intrinsic():
         "Fn::Sub": "https://${OrdersApi}.execute-api.us-east-1.amazonaws.com/dev"
     }
     body = translated.template["Resources"]["OperationsDashboard"]["Properties"]["DashboardBody"]
-    assert "${RelayIteratorAgeAlarm.Arn}" in body["Fn::Sub"]
+    [text, variables] = body["Fn::Sub"]  # the store's alarms: a variable naming a resource, kept too
+    assert "${RelayIteratorAgeAlarm.Arn}" in text
+    assert variables == {"OrderStoreAlarms": {"Fn::Sub": ', "${RelayStoppedAlarm.Arn}"'}}
 
 
 def test_the_replacement_table_is_what_the_resource_schemas_say():
