@@ -252,18 +252,28 @@ def with_bad_line(record: dict[str, Any], lines: str, field: str, value: Any) ->
     return delivered_as({**bad, "body": json.dumps(body)}, "m-bad")
 
 
+def assert_a_bad_line_fails_alone(
+    invoke: Any, function: str, sample: str, lines: str, field: str, value: Any, caplog: Any
+) -> None:
+    """The sample's message beside one whose line carries `value` as `field`: that one fails alone,
+    logged with its event id as an InvalidEnvelope."""
+    event = load_event(sample)
+    [good] = event["Records"]
+    event["Records"] = [with_bad_line(good, lines, field, value), good]
+
+    assert failures(invoke(function, event)) == ["m-bad"]
+
+    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
+    assert (logged["event_id"], logged["error_type"]) == ("e-bad", "InvalidEnvelope")
+
+
 @BAD_LINES
 def test_an_order_line_the_contract_forbids_fails_its_message_alone_and_moves_no_stock(
     invoke, inventory, template, caplog, field, value
 ):
-    event = load_event("sqs_inventory_order_created.json")
-    [good] = event["Records"]
-    event["Records"] = [with_bad_line(good, "items", field, value), good]
-
-    assert failures(invoke(INVENTORY, event)) == ["m-bad"]
-
-    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
-    assert (logged["event_id"], logged["error_type"]) == ("e-bad", "InvalidEnvelope")
+    assert_a_bad_line_fails_alone(
+        invoke, INVENTORY, "sqs_inventory_order_created.json", "items", field, value, caplog
+    )
     # Only the good message reserved: 2 mugs and a pen out of 10 and 5, one InventoryReserved of its lines.
     assert (inventory.available("SKU-RED-MUG"), inventory.available("SKU-BLUE-PEN")) == (8, 4)
     [reserved] = outbox(template, "InventoryTable")
@@ -576,14 +586,9 @@ def test_inventory_rejected_rejects_the_pending_order(invoke, orders, pending_or
 def test_an_inventory_rejected_line_the_contract_forbids_fails_its_message_alone(
     invoke, orders, pending_order, caplog, field, value
 ):
-    event = load_event("sqs_order_status_inventory_rejected.json")
-    [good] = event["Records"]
-    event["Records"] = [with_bad_line(good, "lines", field, value), good]
-
-    assert failures(invoke(ORDER_STATUS, event)) == ["m-bad"]
-
-    [logged] = logged_with(caplog, "message failed; it will be retried and then dead-lettered")
-    assert (logged["event_id"], logged["error_type"]) == ("e-bad", "InvalidEnvelope")
+    assert_a_bad_line_fails_alone(
+        invoke, ORDER_STATUS, "sqs_order_status_inventory_rejected.json", "lines", field, value, caplog
+    )
     rejection = orders.get_order(ORDER_ID).rejection
     assert rejection is not None
     assert [(line.sku, line.quantity) for line in rejection.lines] == [("SKU-RED-MUG", 2)]

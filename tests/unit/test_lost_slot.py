@@ -715,16 +715,24 @@ def test_an_event_committed_after_a_recovery_stopped_half_way_waits_for_its_orde
     assert recording_bus.sequences_by_order() == {order: [1, 2]}
 
 
-def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_the_replay_that_sends_them(
-    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
-):
+def a_lost_gap_with_an_expired_order(
+    order_database: ConnectionSettings, database: Database
+) -> tuple[str, str, str]:
+    """Two orders, the first's rows written 20 days ago (before the republish window), then the slot lost:
+    (old order, recent order, a --since 30 days ago that takes both into the gap)."""
     old, recent = place_orders(database, 2)
     with connect(order_database) as connection:
         connection.execute(
             "UPDATE outbox SET created_at = created_at - interval '20 days' WHERE aggregate_id = %s", (old,)
         )
     drop_slot(order_database)
-    since = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    return old, recent, (datetime.now(UTC) - timedelta(days=30)).isoformat()
+
+
+def test_gap_rows_older_than_the_republish_window_are_left_out_and_named_with_the_replay_that_sends_them(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    old, recent, since = a_lost_gap_with_an_expired_order(order_database, database)
 
     run = recover_without_waiting(database, {"execute": True, "since": since})
     drain(database)
@@ -751,13 +759,7 @@ def test_the_release_before_migration_0006_can_still_clear_and_begin_a_recovery_
 ):
     # A rollback (or an earlier release deployed again) runs on the migrated database: migrations are never
     # reversed. Its statements set the recovery's columns and leave recovery_expired as it was.
-    old, _ = place_orders(database, 2)
-    with connect(order_database) as connection:
-        connection.execute(
-            "UPDATE outbox SET created_at = created_at - interval '20 days' WHERE aggregate_id = %s", (old,)
-        )
-    drop_slot(order_database)
-    since = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    *_, since = a_lost_gap_with_an_expired_order(order_database, database)
     recover_without_waiting(database, {"execute": True, "since": since})  # expired: 1, recorded
     with connect(order_database) as connection:
         # the previous release's finish, then its begin (shop.adapters.postgres.slot_recovery at a59d80c)
