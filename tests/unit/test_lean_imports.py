@@ -56,14 +56,27 @@ def test_the_apis_resolver_loads_without_the_other_resolvers():
         "    'same objects': Response is api_gateway.Response and APIGatewayRestResolver is api_gateway.APIGatewayRestResolver,\n"  # noqa: E501
         "    'content_types is the module': content_types.APPLICATION_JSON == 'application/json',\n"
         "    'appsync': 'aws_lambda_powertools.event_handler.appsync' in sys.modules,\n"
+        "    'openapi merge': 'aws_lambda_powertools.event_handler.openapi.merge' in sys.modules,\n"
         "    'asyncio': 'asyncio.base_events' in sys.modules}))\n"
     )
     assert seen == {
         "same objects": True,
         "content_types is the module": True,
         "appsync": False,
+        "openapi merge": False,
         "asyncio": False,
     }
+
+
+def test_openapis_reexports_still_resolve_when_used():
+    seen = fresh_interpreter(
+        "import sys, json\n"
+        "from aws_lambda_powertools.event_handler import APIGatewayRestResolver\n"
+        "from aws_lambda_powertools.event_handler.openapi import OpenAPIMerge\n"
+        "from aws_lambda_powertools.event_handler.openapi.merge import OpenAPIMerge as Defined\n"
+        "print(json.dumps({'same object': OpenAPIMerge is Defined}))\n"
+    )
+    assert seen == {"same object": True}
 
 
 def test_asyncio_is_not_run_until_used_and_then_is_the_real_module():

@@ -4,7 +4,8 @@ Importing `aws_lambda_powertools.event_handler.api_gateway` runs `event_handler/
 imports every resolver (AppSync and with it `asyncio`, Bedrock, VPC Lattice, ...); importing
 `utilities.data_classes.sqs_event` (as the batch utility does) runs `data_classes/__init__.py`, which
 imports every event class Powertools has. Those two `__init__`s made up 30-40 ms of the API's cold
-start and 8 ms of each consumer's (docs/performance.md, "Cold start").
+start and 8 ms of each consumer's (docs/performance.md, "Cold start"); `event_handler.openapi`'s, which the
+resolver's modules go through, another 0.5-1.
 
 `defer_package_init` registers such a package without running its `__init__`: its submodules import
 as usual, and a name the `__init__` re-exports is imported from its own submodule when first used, so
@@ -32,10 +33,14 @@ import types
 from pathlib import Path
 from typing import Any
 
-# The packages a function's import path goes through, whose __init__s only re-export.
+# The packages a function's import path goes through, whose __init__s only re-export; a parent before its
+# subpackage (deferring a subpackage imports its parent, and that would run the parent's __init__).
 POWERTOOLS_PACKAGES = (
     "aws_lambda_powertools.event_handler",
     "aws_lambda_powertools.utilities.data_classes",
+    # The resolver imports openapi's config, types and exceptions; the package's __init__ adds the OpenAPI
+    # schema merger (and with it ast and fnmatch work), which only a function serving Swagger runs.
+    "aws_lambda_powertools.event_handler.openapi",
 )
 
 
