@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -1182,7 +1182,7 @@ def inventory_answers(
     """The inventory service's answer to n of the orders table's OrderCreated events (an InventoryReserved,
     written to the inventory table's outbox at T0 + 30 minutes); their event ids."""
     monkeypatch.setattr(shop.domain.envelope, "now", lambda: minutes_after_t0(30))
-    inventory = replace(settings, inventory_table_name=template.physical_name("InventoryTable"))
+    inventory = settings._replace(inventory_table_name=template.physical_name("InventoryTable"))
     repository = DynamoInventoryRepository(inventory)
     repository.set_stock("SKU-1", 100)
     service = InventoryService(repository, clock=lambda: minutes_after_t0(30))

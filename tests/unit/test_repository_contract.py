@@ -225,7 +225,7 @@ def test_an_expired_request_record_is_not_returned_and_its_key_can_be_taken_agai
 def test_a_transition_at_the_expected_version_is_stored_with_its_event(orders: OrderStore):
     order = pending()
     orders.repository.create(order, created(order), None)
-    confirmed = replace(order, status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
+    confirmed = order._replace(status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
     event = confirmed.event(ORDER_CONFIRMED, "corr-1")
 
     orders.repository.save_transition(confirmed, 1, event)
@@ -261,7 +261,7 @@ def test_an_order_rejected_without_a_rejection_reads_with_none(orders: OrderStor
     # As every order rejected before the reason was kept is stored.
     order = pending()
     orders.repository.create(order, created(order), None)
-    rejected = replace(order, status=OrderStatus.REJECTED, version=2, updated_at=LATER)
+    rejected = order._replace(status=OrderStatus.REJECTED, version=2, updated_at=LATER)
 
     orders.repository.save_transition(rejected, 1, rejected.event(ORDER_REJECTED, "corr-1"))
 
@@ -278,7 +278,7 @@ def test_a_transition_without_a_rejection_keeps_the_stored_one(orders: OrderStor
     orders.repository.save_transition(rejected, 1, rejected.event(ORDER_REJECTED, "corr-1"))
     # Not a transition the domain makes (REJECTED is final): what each store does with a write that
     # names no rejection, alike.
-    touched = replace(rejected, version=3, rejection=None)
+    touched = rejected._replace(version=3, rejection=None)
 
     orders.repository.save_transition(touched, 2, touched.event(ORDER_CANCELLED, "corr-2"))
 
@@ -292,7 +292,7 @@ def test_a_seeded_order_is_written_as_it_stands_without_an_event_and_never_over_
     rejected = pending().transition_to(OrderStatus.REJECTED, parse_time(LATER), REJECTION)
 
     assert orders.repository.seed(rejected) is True
-    assert orders.repository.seed(replace(rejected, customer_id="c-other")) is False
+    assert orders.repository.seed(rejected._replace(customer_id="c-other")) is False
 
     assert orders.repository.get(rejected.order_id) == rejected
     assert orders.outbox(rejected.order_id) == []
@@ -301,10 +301,10 @@ def test_a_seeded_order_is_written_as_it_stands_without_an_event_and_never_over_
 def test_a_transition_from_a_stale_version_is_refused_and_writes_nothing(orders: OrderStore):
     order = pending()
     orders.repository.create(order, created(order), None)
-    confirmed = replace(order, status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
+    confirmed = order._replace(status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
     orders.repository.save_transition(confirmed, 1, confirmed.event(ORDER_CONFIRMED, "corr-1"))
     # a writer that read version 1 before the confirmation
-    cancelled = replace(order, status=OrderStatus.CANCELLED, version=2, updated_at=LATER)
+    cancelled = order._replace(status=OrderStatus.CANCELLED, version=2, updated_at=LATER)
 
     with pytest.raises(VersionConflict):
         orders.repository.save_transition(cancelled, 1, cancelled.event(ORDER_CANCELLED, "corr-2"))
@@ -314,7 +314,7 @@ def test_a_transition_from_a_stale_version_is_refused_and_writes_nothing(orders:
 
 
 def test_a_transition_of_an_order_never_created_is_a_version_conflict(orders: OrderStore):
-    cancelled = replace(pending("o-ghost"), status=OrderStatus.CANCELLED, version=2)
+    cancelled = pending("o-ghost")._replace(status=OrderStatus.CANCELLED, version=2)
 
     with pytest.raises(VersionConflict):
         orders.repository.save_transition(cancelled, 1, cancelled.event(ORDER_CANCELLED, "corr-1"))
@@ -326,8 +326,8 @@ def test_a_transition_of_an_order_never_created_is_a_version_conflict(orders: Or
 def test_an_event_the_bus_could_not_take_is_refused_before_anything_is_written(orders: OrderStore):
     order = pending()
     orders.repository.create(order, created(order), None)
-    cancelled = replace(order, status=OrderStatus.CANCELLED, version=2, updated_at=LATER)
-    oversize = replace(cancelled.event(ORDER_CANCELLED, "corr-1"), data={"padding": "x" * MAX_EVENT_BYTES})
+    cancelled = order._replace(status=OrderStatus.CANCELLED, version=2, updated_at=LATER)
+    oversize = cancelled.event(ORDER_CANCELLED, "corr-1")._replace(data={"padding": "x" * MAX_EVENT_BYTES})
 
     with pytest.raises(EventTooLarge):
         orders.repository.save_transition(cancelled, 1, oversize)
@@ -521,11 +521,11 @@ def test_a_redelivered_order_created_is_stale_and_writes_nothing_even_when_its_s
 # --- the outbox expiry as the DynamoDB repositories write it ----------------------------------------------
 def test_every_outbox_item_expires_outbox_ttl_days_after_its_event(dynamodb_settings: Settings):
     # A window other than the default, so that only the setting can have given it
-    settings = replace(dynamodb_settings, outbox_ttl_days=30)
+    settings = dynamodb_settings._replace(outbox_ttl_days=30)
     orders, inventory = DynamoOrderRepository(settings), DynamoInventoryRepository(settings)
     order = pending()
     orders.create(order, created(order), None)
-    confirmed = replace(order, status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
+    confirmed = order._replace(status=OrderStatus.CONFIRMED, version=2, updated_at=LATER)
     orders.save_transition(confirmed, 1, confirmed.event(ORDER_CONFIRMED, "corr-1"))
     inventory.set_stock("SKU-A", 5)
     inventory.set_stock("SKU-B", 1)

@@ -16,7 +16,6 @@ import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -773,7 +772,7 @@ def test_code_column_is_exactly_what_the_code_calls(
     if any(e["Type"] == "SQS" for e in template.function(function).events.values()):  # a consumer
         calls |= {(action, "IdempotencyTable") for action in idempotency_store_calls()}
         # (the calls Powertools makes on failure paths only, on one of the function's own records)
-        record = f"{idempotency_key_prefix(replace(settings, function_name=function_name))}#{'0' * 32}"
+        record = f"{idempotency_key_prefix(settings._replace(function_name=function_name))}#{'0' * 32}"
         made += [
             Touch(action, as_deployed.arn("IdempotencyTable"), (("dynamodb:LeadingKeys", (record,)),))
             for action in sorted(idempotency_store_calls())

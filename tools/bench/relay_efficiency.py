@@ -16,7 +16,6 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -83,10 +82,10 @@ def stream_records(min_events: int, seed: int = 7) -> tuple[list[dict[str, Any]]
             stamp,
         )
         history = [(order, ORDER_CREATED)]
-        confirmed = replace(order, status=OrderStatus.CONFIRMED, version=2)
+        confirmed = order._replace(status=OrderStatus.CONFIRMED, version=2)
         history.append((confirmed, ORDER_CONFIRMED))
         if rng.random() < 0.2:
-            history.append((replace(confirmed, status=OrderStatus.CANCELLED, version=3), ORDER_CANCELLED))
+            history.append((confirmed._replace(status=OrderStatus.CANCELLED, version=3), ORDER_CANCELLED))
         for step, (state, event_type) in enumerate(history):
             when = at.timestamp() + step * 0.3 + rng.random() * 0.1
             name = "INSERT" if step == 0 else "MODIFY"

@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from shop.domain.errors import EventTooLarge, InvalidEnvelope
 from shop.domain.tracing import LONGEST_TRACEPARENT, from_traceparent, from_xray_header
@@ -141,8 +140,7 @@ def ensure_publishable(event: CloudEvent, max_event_bytes: int) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class CloudEvent:
+class CloudEvent(NamedTuple):
     """A CloudEvents 1.0 envelope with this system's extensions (see the module's docstring)."""
 
     id: str
@@ -152,7 +150,7 @@ class CloudEvent:
     time: str
     sequence: int
     correlationid: str
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any]
     causationid: str | None = None
     traceparent: str | None = None
     specversion: str = SPEC_VERSION
@@ -205,13 +203,13 @@ class CloudEvent:
     def with_room_for_a_trace(self) -> CloudEvent:
         """This event as large as a writer can make it: the repositories add the trace of the write
         (`traced`) when they store it, so an event checked before that is checked with a traceparent."""
-        return self if self.traceparent is not None else replace(self, traceparent=LONGEST_TRACEPARENT)
+        return self if self.traceparent is not None else self._replace(traceparent=LONGEST_TRACEPARENT)
 
     def traced(self, trace_header: str | None) -> CloudEvent:
         """This event with the trace context of an X-Ray trace header as its traceparent (unchanged when
         the header carries none)."""
         context = from_xray_header(trace_header)
-        return self if context is None else replace(self, traceparent=context.traceparent)
+        return self if context is None else self._replace(traceparent=context.traceparent)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)

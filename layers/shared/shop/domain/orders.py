@@ -6,10 +6,9 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from shop.domain.envelope import CloudEvent, ensure_publishable, format_time, now
 from shop.domain.errors import (
@@ -58,8 +57,7 @@ _EVENT_FOR_STATUS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class OrderLine:
+class OrderLine(NamedTuple):
     """One line of an order: a SKU, how many, at what unit price."""
 
     sku: str
@@ -84,8 +82,7 @@ class RejectionReason(StrEnum):
     UNKNOWN_SKU = "UNKNOWN_SKU"  # the inventory has no stock of the SKU at all
 
 
-@dataclass(frozen=True, slots=True)
-class RejectedLine:
+class RejectedLine(NamedTuple):
     """A SKU the inventory could not reserve for an order, and why."""
 
     sku: str
@@ -93,8 +90,7 @@ class RejectedLine:
     reason: RejectionReason
 
 
-@dataclass(frozen=True, slots=True)
-class OrderRejection:
+class OrderRejection(NamedTuple):
     """Why the inventory refused an order: each SKU it could not reserve, and why."""
 
     reason: RejectionReason
@@ -117,8 +113,7 @@ class OrderRejection:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Order:
+class Order(NamedTuple):
     """The order aggregate: its lines, its status and the version of its last change."""
 
     order_id: str
@@ -145,8 +140,8 @@ class Order:
             )
         if rejection is not None and status is not OrderStatus.REJECTED:
             raise ValueError(f"only a rejected order has a rejection, not one becoming {status}")
-        changed = replace(self, status=status, version=self.version + 1, updated_at=format_time(at))
-        return changed if rejection is None else replace(changed, rejection=rejection)
+        changed = self._replace(status=status, version=self.version + 1, updated_at=format_time(at))
+        return changed if rejection is None else changed._replace(rejection=rejection)
 
     def to_dict(self) -> dict[str, Any]:
         """The public representation: the API response body and the data of order events."""
@@ -178,8 +173,7 @@ class Order:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PlaceOrder:
+class PlaceOrder(NamedTuple):
     """A validated request to place an order."""
 
     customer_id: str
@@ -200,8 +194,7 @@ class PlaceOrder:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
+class RequestRecord(NamedTuple):
     """What the API remembers of a request made with an Idempotency-Key (scoped to its caller)."""
 
     caller: str
@@ -211,8 +204,7 @@ class RequestRecord:
     response: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class PlacedOrder:
+class PlacedOrder(NamedTuple):
     """What placing an order answers: the order's representation, and whether it was a replay."""
 
     order: dict[str, Any]

