@@ -5,7 +5,6 @@ first unpublished position exact."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import threading
@@ -283,7 +282,7 @@ def test_an_entry_refused_past_a_failure_holds_its_orders_later_events_back(slow
     entries = []
     for name in names:
         seen[name] = seen.get(name, 0) + 1
-        entries.append(dataclasses.replace(order_entry(name, seen[name]), size=100))
+        entries.append(order_entry(name, seen[name])._replace(size=100))
     assert ordered_chunks(entries, 200) == [(1, 3), (0, 4), (2, 5), (6, 7)]
     bus = RejectingBus(refused=entries[4].event_id, failing=entries[3].event_id)
     slow_bus.append(bus)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import boto3
@@ -393,7 +393,7 @@ def test_an_order_is_reserved_at_most_once(inventory: InventoryStore):
     again = reservation(order_sequence=2)
 
     with pytest.raises(ReservationChanged):
-        inventory.repository.reserve(again, replace(again, version=2).event(INVENTORY_RESERVED, ORDER_EVENT))
+        inventory.repository.reserve(again, again._replace(version=2).event(INVENTORY_RESERVED, ORDER_EVENT))
 
     assert levels(inventory, "SKU-A", "SKU-B") == [3, 4]
     assert inventory.repository.get_reservation("o-1") == reservation()
@@ -420,7 +420,7 @@ def test_a_release_returns_the_stock_and_stores_the_released_reservation_with_it
     stocked(inventory, {"SKU-A": 5, "SKU-B": 1})
     reserved = reservation()
     inventory.repository.reserve(reserved, reserved.event(INVENTORY_RESERVED, ORDER_EVENT))
-    released = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=2, version=2)
+    released = reserved._replace(status=ReservationStatus.RELEASED, order_sequence=2, version=2)
     event = released.event(INVENTORY_RELEASED, ORDER_EVENT)
 
     inventory.repository.release(reserved, released, event)
@@ -437,12 +437,12 @@ def test_a_change_based_on_a_reservation_that_changed_since_it_was_read_is_refus
     stocked(inventory, {"SKU-A": 5, "SKU-B": 1})
     reserved = reservation()
     inventory.repository.reserve(reserved, reserved.event(INVENTORY_RESERVED, ORDER_EVENT))
-    released = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=2, version=2)
+    released = reserved._replace(status=ReservationStatus.RELEASED, order_sequence=2, version=2)
     inventory.repository.release(reserved, released, released.event(INVENTORY_RELEASED, ORDER_EVENT))
     outbox_before = inventory.outbox("o-1")
 
     # A second writer still holding the RESERVED reservation it read before the release
-    again = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=3, version=3)
+    again = reserved._replace(status=ReservationStatus.RELEASED, order_sequence=3, version=3)
     attempts: dict[str, Callable[[], Any]] = {
         "release": lambda: inventory.repository.release(
             reserved, again, again.event(INVENTORY_RELEASED, ORDER_EVENT)
@@ -461,7 +461,7 @@ def test_a_status_update_moves_no_stock_and_writes_no_event(inventory: Inventory
     stocked(inventory, {"SKU-A": 5, "SKU-B": 5})
     rejected = reservation(ReservationStatus.REJECTED)
     inventory.repository.record_new(rejected, rejected.event(INVENTORY_REJECTED, ORDER_EVENT))
-    cancelled = replace(rejected, status=ReservationStatus.CANCELLED, order_sequence=2)
+    cancelled = rejected._replace(status=ReservationStatus.CANCELLED, order_sequence=2)
 
     inventory.repository.update_status(rejected, cancelled)
 
@@ -483,10 +483,10 @@ def test_a_change_needs_both_the_sequence_and_the_status_read(
 ):
     rejected = reservation(ReservationStatus.REJECTED)
     inventory.repository.record_new(rejected, None)
-    cancelled = replace(rejected, status=ReservationStatus.CANCELLED, order_sequence=3)
+    cancelled = rejected._replace(status=ReservationStatus.CANCELLED, order_sequence=3)
 
     with pytest.raises(ReservationChanged):
-        inventory.repository.update_status(replace(rejected, **held), cancelled)
+        inventory.repository.update_status(rejected._replace(**held), cancelled)
 
     assert inventory.repository.get_reservation("o-1") == rejected
 
@@ -531,7 +531,7 @@ def test_every_outbox_item_expires_outbox_ttl_days_after_its_event(dynamodb_sett
     inventory.set_stock("SKU-B", 1)
     reserved = reservation()
     inventory.reserve(reserved, reserved.event(INVENTORY_RESERVED, ORDER_EVENT))
-    released = replace(reserved, status=ReservationStatus.RELEASED, order_sequence=2, version=2)
+    released = reserved._replace(status=ReservationStatus.RELEASED, order_sequence=2, version=2)
     inventory.release(reserved, released, released.event(INVENTORY_RELEASED, ORDER_EVENT))
 
     client = boto3.client("dynamodb")

@@ -5,8 +5,9 @@ Imports: the standard library and other shop.domain modules only. What the rules
 (repositories, the publisher, the notification channel, the poison sink, settings values) is declared
 here as a typing.Protocol and injected by the caller, so every rule runs without AWS.
 
-The values every function builds (an order and its lines, a request record, the envelope, a trace context)
-are typing.NamedTuples: immutable and compared by value, as frozen dataclasses are, but defined without
-compiling generated methods at import, which cost a frozen dataclass 0.3-1 ms of each cold start
-(docs/performance.md, "Cold start"). Being tuples, they leave a function only through their to_dict().
+The values every function builds (an order and its lines, a request record, a reservation, the envelope,
+an outbox entry, a trace context) are typing.NamedTuples: immutable and compared by value, as frozen
+dataclasses are, but defined without compiling generated methods at import, which cost a frozen dataclass
+0.3-1 ms of each cold start (docs/performance.md, "Cold start"). Being tuples, they leave a function only
+through their to_dict() or to_json(), never as they are.
 """

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from shop.domain.envelope import CloudEvent, format_time, now
 from shop.domain.errors import InvalidEnvelope
@@ -37,8 +36,7 @@ class ReservationStatus(StrEnum):
     CANCELLED = "CANCELLED"  # cancelled before anything was reserved
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(NamedTuple):
     """The inventory's reservation for one order: what it holds, and the last order event applied."""
 
     order_id: str
@@ -159,7 +157,7 @@ class InventoryService:
         try:
             self._repository.reserve(reservation, reservation.event(INVENTORY_RESERVED, event))
         except InsufficientStock as short:
-            rejected = replace(reservation, status=ReservationStatus.REJECTED)
+            rejected = reservation._replace(status=ReservationStatus.REJECTED)
             extra: Rejection = {
                 "reason": "INSUFFICIENT_STOCK",
                 "shortSkus": short.skus,
@@ -187,8 +185,7 @@ class InventoryService:
         if current.order_sequence >= event.sequence:
             return "stale"
         if current.status is ReservationStatus.RESERVED:
-            released = replace(
-                current,
+            released = current._replace(
                 status=ReservationStatus.RELEASED,
                 order_sequence=event.sequence,
                 version=current.version + 1,
@@ -201,8 +198,8 @@ class InventoryService:
             return "released"
         if current.status is not ReservationStatus.REJECTED:
             return "stale"
-        changed = replace(
-            current, status=ReservationStatus.CANCELLED, order_sequence=event.sequence, updated_at=at
+        changed = current._replace(
+            status=ReservationStatus.CANCELLED, order_sequence=event.sequence, updated_at=at
         )
         try:
             self._repository.update_status(current, changed)

@@ -7,7 +7,7 @@ entry reaches the bus is adapters.eventbridge.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from shop.domain.envelope import CloudEvent, echoed, entry_size
 from shop.domain.envelope import ensure_publishable as ensure_publishable  # where it is defined: see there
@@ -22,8 +22,7 @@ LONGEST_TRACE_HEADER = 500
 RESERVED_SOURCE_PREFIX = "aws."
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxEntry:
+class OutboxEntry(NamedTuple):
     """One outbox event, ready to become one PutEvents entry."""
 
     event_id: str

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -42,8 +42,7 @@ from shop.runtime.outbox_publishing import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class StreamChange:
+class StreamChange(NamedTuple):
     """One record of a table stream, independent of how it was delivered."""
 
     sequence_number: str
