@@ -136,6 +136,8 @@ class Settings(NamedTuple):
 
     def require(self, name: str) -> str:
         """Return a string setting that this function cannot work without."""
+        if name not in self._fields:  # not getattr alone: a tuple's count and index would answer
+            raise AttributeError(f"no setting {name!r}")
         value = getattr(self, name)
         if not value:
             raise ConfigurationError(f"setting {name} ({name.upper()}) is not configured")
