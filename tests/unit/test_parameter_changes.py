@@ -257,6 +257,19 @@ def test_switching_back_to_dynamodb_retains_the_order_database_and_removes_only_
         assert {"Environment.Variables.ORDER_STORE", "VpcConfig"} <= set(changes[function].paths), function
 
 
+@pytest.mark.parametrize("store", sorted(STORES))
+def test_the_outbox_tables_outlive_the_stack_but_not_a_failed_first_deploy(store: str):
+    """A deleted stack keeps the orders, the stock and every outbox event not yet published; the rollback
+    of the deploy that created the tables deletes them (they hold nothing yet, and a retried first deploy
+    would otherwise leave two more tables behind each time)."""
+    translated = stack(STORES[store])
+    tables = {"OrdersTable", "InventoryTable"}
+    assert tables <= of_type(translated, "AWS::DynamoDB::Table")
+    for table in tables:
+        assert translated.resources[table]["DeletionPolicy"] == "RetainExceptOnCreate", table
+        assert translated.resources[table]["UpdateReplacePolicy"] == "Retain", table
+
+
 # --- OutboxTtlDays ----------------------------------------------------------------------------------
 
 
