@@ -8,13 +8,22 @@ rows' publishing state, and what is parked, with several publishers running at o
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
+import psycopg
 import pytest
 
 from shop.adapters.eventbridge import EventPublisher
 from shop.adapters.postgres.connection import ConnectionSettings, Database
-from shop.adapters.postgres.outbox import _CLAIM_HEADS, OutboxRow, claim_pending, mark_published
+from shop.adapters.postgres.outbox import (
+    _CLAIM_HEADS,
+    OutboxRow,
+    claim_pending,
+    mark_published,
+    reset_for_replay,
+)
+from shop.adapters.postgres.parked import unpark
 from shop.domain.errors import ServiceBusy
 from shop.runtime.outbox_publishing import PublishOutcome
 from shop.runtime.polling_publisher import RESERVE_SECONDS, poll_outbox, publish_pending_round
@@ -111,6 +120,120 @@ def test_an_event_written_while_another_publisher_holds_its_order_waits_for_that
     finally:
         first.close()
         second.close()
+
+
+class EarlierEventPendingAgain:
+    """An order whose first event went out (published, or parked then fixed) and whose second is
+    pending; `now()` makes the first pending again, as an operator's replay or redrive does."""
+
+    def __init__(self, how: str, settings: ConnectionSettings, database: Database) -> None:
+        self.how, self.settings, self.database = how, settings, database
+        (self.order_id,) = place_orders(database, 1)
+        if how == "replay":
+            run_round(database)
+        else:
+            with connect(settings) as connection:
+                found = connection.execute("SELECT envelope::text FROM outbox").fetchone()
+            assert found is not None
+            self.envelope = str(found[0])
+            make_unreadable(settings, self.order_id, 1, "[]")
+            assert len(run_round(database).parked) == 1
+        advance(database, [self.order_id])  # sequence 2, pending
+
+    def now(self) -> None:
+        first = event_id_of(self.settings, self.order_id, 1)
+        with self.database.transaction() as cursor:
+            if self.how == "replay":
+                assert reset_for_replay(cursor, event_ids=[first])[0].reset == [first]
+            else:
+                make_unreadable(self.settings, self.order_id, 1, self.envelope)  # fixed, then redriven
+                cursor.execute("SELECT position FROM outbox WHERE event_id = %s", (first,))
+                unpark(cursor, [position for (position,) in cursor.fetchall()])
+
+
+class RunsBetweenStatements:
+    """A cursor that runs `between` after its first statement: what commits between a claim's two."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any], between: Callable[[], None]) -> None:
+        self.cursor, self.between = cursor, between
+        self.statements = 0
+
+    def execute(self, query: Any, params: Any = None) -> psycopg.Cursor[Any]:
+        self.cursor.execute(query, params)
+        self.statements += 1
+        if self.statements == 1:
+            self.between()
+        return self.cursor
+
+    def fetchall(self) -> list[Any]:
+        return self.cursor.fetchall()
+
+
+@pytest.mark.parametrize("how", ["replay", "redrive"])
+def test_an_earlier_event_made_pending_while_another_publisher_holds_the_order_is_left_without_waiting(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, how: str
+):
+    """Publisher A holds an order's sequence 2 (its round in PutEvents) when a replay or a redrive makes
+    sequence 1 pending again: a new head, free. Publisher B claims it, and must leave the order out of
+    its round, not wait for A's lock of sequence 2: that wait held B's whole round (up to 500 orders)
+    until a statement timeout rolled it back, reported as the database unavailable. B's other orders go
+    out; the order's sequence 1 goes in a round after A's."""
+    order = EarlierEventPendingAgain(how, order_database, database)
+    first, second = Database(order_database), Database(order_database)
+    try:
+        with first.transaction() as held:
+            rows = claim_pending(held, max_orders=10)
+            assert [(row.aggregate_id, row.sequence) for row in rows] == [(order.order_id, 2)]
+            order.now()
+            (other_order,) = place_orders(database, 1)
+            with second.transaction() as other:
+                other.execute("SET LOCAL lock_timeout = '1s'")  # waiting is the failure
+                taken = claim_pending(other, max_orders=10)
+                assert [(row.aggregate_id, row.sequence) for row in taken] == [(other_order, 1)]
+            mark_published(held, [rows[0].position])
+        with second.transaction() as other:  # A committed: the order is B's, as is the other one still
+            taken = claim_pending(other, max_orders=10)
+            assert {(row.aggregate_id, row.sequence) for row in taken} == {
+                (order.order_id, 1),
+                (other_order, 1),
+            }
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("how", ["replay", "redrive"])
+def test_two_publishers_each_holding_part_of_an_order_both_leave_it_and_neither_waits(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, how: str
+):
+    """The replay or redrive commits between publisher A's two statements: A has sequence 2 as the head,
+    B then claims sequence 1 and A goes on to lock the order's pending events. Each holds what the
+    other would lock next (waiting was a deadlock): both leave the order out, and later rounds publish
+    it in sequence."""
+    order = EarlierEventPendingAgain(how, order_database, database)
+    published_before = recording_bus.sequences_by_order().get(order.order_id, [])
+    first, second = Database(order_database), Database(order_database)
+    taken_by_b: list[OutboxRow] = []
+    try:
+        with second.transaction() as other, first.transaction() as held:
+            for cursor in (other, held):
+                cursor.execute("SET LOCAL lock_timeout = '1s'")  # waiting is the failure
+
+            def replay_then_publisher_b() -> None:
+                order.now()
+                taken_by_b.extend(claim_pending(other, max_orders=10))
+
+            between = RunsBetweenStatements(held, replay_then_publisher_b)
+            taken_by_a = claim_pending(cast(psycopg.Cursor[Any], between), max_orders=10)
+            assert (taken_by_a, taken_by_b) == ([], [])
+    finally:
+        first.close()
+        second.close()
+
+    while run_round(database).taken:
+        pass
+    assert recording_bus.sequences_by_order()[order.order_id] == [*published_before, 1, 2]
+    assert pending_rows(order_database) == []
 
 
 def test_the_claim_looks_up_each_candidates_order_by_index_whatever_the_tables_statistics(

@@ -4,17 +4,23 @@ polling publisher.
 Per-order order with several publishers at once (the "ordering requires careful locking" pitfall):
 a publisher claims an order's events only through the order's *head*, its pending event with the
 lowest sequence, locked with FOR UPDATE SKIP LOCKED; with the head it locks the order's later pending
-events. An event that is not its order's head is never claimed on its own, and an order's head changes
-only when the transaction holding it commits (its events published or parked), so while one publisher
-holds an order no other publisher can take any of its events, and the next one to take the order sees
-what the first committed. Publishing happens inside that transaction: a crash between PutEvents and
-COMMIT leaves the rows pending and they are published again, in order (consumers deduplicate by event
-id). Pending = neither published nor parked; a parked (poison) event no longer holds its order back,
-as the stream relay moves past a parked record.
+events, skipping (never waiting for) those another publisher holds, and leaves out of its round any
+order of which it could not lock every pending event. An event that is not its order's head is never
+claimed on its own, and an order's head changes when the transaction holding it commits, so while one
+publisher holds an order no other publisher can publish any of its events, and the next one to take the
+order sees what the first committed. A replay or a redrive can also make an earlier event pending again
+while a publisher holds the order's later ones: a new head, free, which a second publisher claims; it
+finds the first's rows locked and leaves the order out of its round (as does the first, had it not yet
+locked them all), and a later round publishes the event again, in sequence. Publishing happens inside
+the claim's transaction: a crash between PutEvents and COMMIT leaves the rows pending and they are
+published again, in order (consumers deduplicate by event id). Pending = neither published nor
+parked; a parked (poison) event no longer holds its order back, as the stream relay moves past a
+parked record.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -54,14 +60,30 @@ LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
 
-# The claimed orders' pending events (heads included, already ours). No other publisher can hold one
-# of them (see the module docstring), so the lock is taken at once.
+# The claimed orders' pending events (heads included, already ours), with how many each order has
+# pending. Rows another publisher holds are skipped, not waited for: a replay or a redrive may have made
+# an order's earlier event pending (a new head) while that publisher holds its later ones, and waiting
+# would hold this round's other orders for as long as that round lasts, or deadlock with it when each
+# holds what the other locks next. An order with fewer rows locked than pending is left out of the round.
+# The count is of the statement's snapshot: a row published or parked since is not locked, and leaves
+# its order out too (the next round takes what is left).
 _LOCK_ORDERS = """
-SELECT position, event_id, aggregate_id, sequence, envelope::text, trace_header, created_at, attempts
-FROM outbox
-WHERE aggregate_id = ANY(%s) AND published_at IS NULL AND parked_at IS NULL
-ORDER BY aggregate_id, sequence
-FOR UPDATE
+WITH locked AS MATERIALIZED (
+    SELECT position, event_id, aggregate_id, sequence, envelope::text AS envelope, trace_header,
+           created_at, attempts
+    FROM outbox
+    WHERE aggregate_id = ANY(%(orders)s) AND published_at IS NULL AND parked_at IS NULL
+    FOR UPDATE SKIP LOCKED
+), pending AS (
+    SELECT aggregate_id, count(*) AS events
+    FROM outbox
+    WHERE aggregate_id = ANY(%(orders)s) AND published_at IS NULL AND parked_at IS NULL
+    GROUP BY aggregate_id
+)
+SELECT locked.position, locked.event_id, locked.aggregate_id, locked.sequence, locked.envelope,
+       locked.trace_header, locked.created_at, locked.attempts, pending.events
+FROM locked JOIN pending ON pending.aggregate_id = locked.aggregate_id
+ORDER BY locked.aggregate_id, locked.sequence
 """
 
 
@@ -169,15 +191,19 @@ def insert_outbox_row(
 def claim_pending(cursor: psycopg.Cursor[Any], max_orders: int) -> list[OutboxRow]:
     """Lock up to `max_orders` orders' pending events for this transaction, in publishing order: each
     order's events in sequence, and orders interleaved (every order's first event, oldest order first,
-    then every order's second...), so one PutEvents call carries up to ten orders."""
+    then every order's second...), so one PutEvents call carries up to ten orders. An order part of
+    which another publisher holds is left out (its head stays locked until this transaction ends):
+    that publisher or a later round publishes it."""
     cursor.execute(_CLAIM_HEADS, (max_orders,))
     heads = [aggregate_id for (aggregate_id,) in cursor.fetchall()]
     if not heads:
         if (mode := relay_mode(cursor)) != "polling":
             raise RelayModeMismatch("polling", mode)
         return []
-    cursor.execute(_LOCK_ORDERS, (heads,))
-    rows = [OutboxRow(*record) for record in cursor.fetchall()]  # by order, then sequence
+    cursor.execute(_LOCK_ORDERS, {"orders": heads})
+    records = cursor.fetchall()  # by order, then sequence
+    locked = Counter(record[2] for record in records)
+    rows = [OutboxRow(*record[:8]) for record in records if locked[record[2]] == record[8]]
     age = {aggregate_id: rank for rank, aggregate_id in enumerate(heads)}
     oldest_order_first = sorted(rows, key=lambda row: age[row.aggregate_id])  # stable: sequence kept
     return interleave_orders(oldest_order_first, lambda row: row.aggregate_id)
