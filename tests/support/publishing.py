@@ -89,6 +89,24 @@ class ListSink:
         self.parked.append(record)
 
 
+class SlowFailingSink:
+    """The poison queue unreachable: each park takes the SQS client's worst case (its attempts and
+    timeouts) on `clock` (seconds used of the invocation), then fails."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.calls = 0
+
+    def park(self, record: PoisonRecord) -> None:
+        from botocore.exceptions import EndpointConnectionError
+
+        from shop.adapters import aws
+
+        self.calls += 1
+        self.clock[0] += aws.longest_call_seconds()
+        raise EndpointConnectionError(endpoint_url="https://sqs.invalid")
+
+
 def publisher() -> EventPublisher:
     """The publisher as deployed: its calls in flight at once (the default of PUBLISH_CONCURRENCY)."""
     return EventPublisher(

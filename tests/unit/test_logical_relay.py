@@ -18,6 +18,7 @@ from shop.adapters.postgres.outbox import OutboxRow, insert_outbox_row
 from shop.adapters.postgres.pgoutput import parse_lsn
 from shop.domain.envelope import CloudEvent
 from shop.domain.errors import ServiceBusy
+from shop.domain.poison import PoisonSink
 from shop.runtime import logical_relay
 from shop.runtime.logical_relay import relay_slot_round
 from shop.runtime.outbox_publishing import PublishOutcome
@@ -26,6 +27,7 @@ from tests.support.publishing import (
     SETTINGS,
     ListSink,
     RecordingBus,
+    SlowFailingSink,
     advance,
     assert_each_order_in_sequence,
     logical_round,
@@ -311,6 +313,35 @@ def test_when_the_poison_queue_fails_the_slot_stays_before_the_poison_row(
     assert [record.image["eventId"] for record in sink.parked] == ["poison-2"]
 
 
+def test_a_poison_queue_failing_slowly_costs_a_round_one_call_and_no_park_outlasts_the_invocation(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
+):
+    """Each park takes the SQS client's worst case (24 s), then fails: a round makes one call, holds back
+    its other poison orders without calling again, and publishes the healthy orders (the slot stays
+    before the first poison row); a round with too little of the invocation left for the call begins
+    none."""
+    with connect(order_database) as connection:
+        for number in range(3):
+            write_raw_row(connection, f"poison-slow-{number}", f"order-p{number}", "[]")
+        for number in range(5):
+            with connection.transaction():
+                write_events(connection, [event(f"order-h{number}", 1)])
+    clock = [0.0]
+    sink = SlowFailingSink(clock)
+
+    first = relay_slot_round(**round_options(database, sink), remaining_seconds=lambda: 70.0 - clock[0])
+    late = relay_slot_round(**round_options(database, sink), remaining_seconds=lambda: 20.0)
+
+    assert sink.calls == 1
+    assert clock[0] == 24.0
+    assert (first.parked, first.left_pending, late.parked, late.left_pending) == ([], 3, [], 3)
+    # Both rounds published them: the slot stays before the poison rows, so the second read them again.
+    assert recording_bus.sequences_by_order() == {f"order-h{number}": [1, 1] for number in range(5)}
+    assert pending_in_slot(order_database) == 8
+    drain(database, ListSink())
+    assert len(parked_event_ids(order_database)) == 3
+
+
 def test_one_relay_reads_the_slot_at_a_time(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, slot: str
 ):
@@ -576,7 +607,7 @@ def test_a_replay_larger_than_a_round_goes_out_across_rounds_while_later_events_
     assert_each_order_in_sequence(recording_bus, 35)
 
 
-def round_options(database: Database, sink: ListSink | None = None) -> dict[str, Any]:
+def round_options(database: Database, sink: PoisonSink | None = None) -> dict[str, Any]:
     return {
         "database": database,
         "publisher": publisher(),

@@ -32,9 +32,11 @@ from tests.support.publishing import (
     SETTINGS,
     ListSink,
     RecordingBus,
+    SlowFailingSink,
     advance,
     assert_each_order_in_sequence,
     polling_round,
+    publisher,
 )
 
 
@@ -454,6 +456,91 @@ def test_when_the_poison_queue_fails_the_poison_row_and_its_orders_later_events_
         (poisoned, 1),
         (poisoned, 2),
     ]
+
+
+def test_a_poison_queue_failing_slowly_costs_a_round_one_call_and_every_healthy_order_goes_out(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """Each park takes the SQS client's worst case (24 s), then fails: the round makes one call, holds
+    back its other poison orders without calling again, and publishes every healthy order; the poison
+    rows wait, not counted as failed attempts."""
+    poisoned = place_orders(database, 3)
+    healthy = place_orders(database, 20)
+    for order_id in poisoned:
+        make_unreadable(order_database, order_id, 1, "[]")
+    clock = [0.0]
+    sink = SlowFailingSink(clock)
+
+    outcome = publish_pending_round(
+        database,
+        publisher(),
+        sink,
+        max_event_bytes=SETTINGS.max_event_bytes,
+        remaining_seconds=lambda: 70.0 - clock[0],
+    )
+
+    assert sink.calls == 1
+    assert recording_bus.sequences_by_order() == {order_id: [1] for order_id in healthy}
+    assert (outcome.parked, outcome.left_pending) == ([], 3)
+    assert sorted(pending_rows(order_database)) == sorted((order_id, 1, 0, None) for order_id in poisoned)
+
+
+def test_a_park_that_could_outlast_the_invocation_is_not_begun_and_its_order_waits(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """20 s left: more than a PutEvents call's worst case (the loop's reserve), less than a SendMessage
+    call's (24 s) and the answer's second. The park is not begun; the healthy order goes out."""
+    poisoned, healthy = place_orders(database, 2)
+    make_unreadable(order_database, poisoned, 1, "[]")
+    sink = ListSink()
+
+    outcome = publish_pending_round(
+        database, publisher(), sink, max_event_bytes=SETTINGS.max_event_bytes, remaining_seconds=lambda: 20.0
+    )
+
+    assert sink.parked == []
+    assert recording_bus.sequences_by_order() == {healthy: [1]}
+    assert (outcome.out_of_time, outcome.left_pending) == (False, 1)
+    assert pending_rows(order_database) == [(poisoned, 1, 0, None)]
+
+
+@pytest.mark.parametrize("poison_rows", [1, 3])
+def test_an_invocation_with_the_poison_queue_failing_slowly_ends_in_its_time_and_publishes_every_order(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus, poison_rows: int
+):
+    """A 70 s invocation, each park 24 s then failing: no park is begun that the invocation could not
+    wait for, and the orders written before and during it are all published."""
+    poisoned = place_orders(database, poison_rows)
+    healthy = place_orders(database, 20)
+    for order_id in poisoned:
+        make_unreadable(order_database, order_id, 1, "[]")
+    clock = [0.0]
+    sink = SlowFailingSink(clock)
+
+    def seconds_left() -> float:
+        return 70.0 - clock[0]
+
+    def run_round() -> PublishOutcome[OutboxRow]:
+        return publish_pending_round(
+            database,
+            publisher(),
+            sink,
+            max_event_bytes=SETTINGS.max_event_bytes,
+            remaining_seconds=seconds_left,
+        )
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        if clock[0] > 30 and len(healthy) == 20:
+            healthy.extend(place_orders(database, 5))  # written while the invocation runs
+
+    totals = poll_outbox(run_round, seconds_left, sleep=sleep)
+
+    assert clock[0] <= 70.0 - 1.0  # the answer's second kept
+    assert sink.calls == 2  # at 0 s and 25 s; at 50 s too little was left
+    assert recording_bus.sequences_by_order() == {order_id: [1] for order_id in healthy}
+    assert (totals.published, totals.parked) == (25, 0)
+    assert sorted(pending_rows(order_database)) == sorted((order_id, 1, 0, None) for order_id in poisoned)
 
 
 def test_an_entry_the_bus_rejects_is_parked_and_its_order_moves_on(

@@ -62,7 +62,7 @@ from shop.domain.errors import ServiceBusy
 from shop.domain.poison import PoisonSink
 from shop.domain.publishing import MAX_ENTRIES_PER_CALL, OutboxPublisher, interleave_orders
 from shop.runtime.observability import logger, metrics
-from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park
+from shop.runtime.outbox_publishing import Parking, PublishOutcome, publish_and_park
 
 # pgoutput messages (a transaction's Begin, rows, Commit) a round reads, whole transactions: at 500 a
 # round's rows kept too few calls in flight at AWS's latency (docs/performance.md, "Relays at AWS latency").
@@ -175,13 +175,14 @@ def _publish_within(
     slice that left a row unpublished (nothing may overtake it). Returns the outcome and whether rows were
     left for lack of time."""
     total = PublishOutcome[OutboxRow]()
+    parking = Parking(poison_sink, invocation_seconds_left)  # one for the round: its slices share it
     for start in range(0, len(rows), slice_rows):
         if start and seconds_left() <= 0:
             return total, True
         part, _ = publish_and_park(
             rows[start : start + slice_rows],
             publisher,
-            poison_sink,
+            parking,
             max_event_bytes=max_event_bytes,
             remaining_seconds=seconds_left,
             on_parked=on_parked,

@@ -7,15 +7,15 @@ logical relay's slot advance).
   poison could not be parked holds back its later events), the rest published in order;
 - publish_entries: one run of decoded entries onto the bus, an entry the bus refuses for what it is
   parked (or, when the poison queue fails, the run stops there);
-- park_poison: a poison record into the poison queue, or False when the queue is unavailable (the caller
-  keeps the record and waits, in order);
+- park_poison: a poison record into the poison queue, or False when the queue is unavailable or too
+  little of the invocation is left for its call (the caller keeps the record and waits, in order);
+- Parking: park_poison for one round, within the invocation's time, and no further call after one failed;
 - record_metrics, publish_lags, log_published: what each relay reports of its rounds (a log line per ten
   events published).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -79,14 +79,12 @@ class PublishOutcome[Source]:
         return self.taken - len(self.published) - len(self.parked)
 
 
-def park_poison(
-    record: PoisonRecord, sink: PoisonSink, invocation_seconds_left: Callable[[], float] = lambda: math.inf
-) -> bool:
+def park_poison(record: PoisonRecord, sink: PoisonSink, invocation_seconds_left: Callable[[], float]) -> bool:
     """Park the record; False when the poison queue failed (transient, like any publish failure), or when
-    too little of the invocation is left for the queue's call to answer, at worst by its timeouts (the
-    stream relay must answer with its checkpoint before Lambda times it out: the record waits, in order,
-    for the next invocation, which starts with it). The PostgreSQL relays' rounds keep their own reserve
-    for the invocation, and give no deadline here."""
+    too little of the invocation is left for the queue's call to answer, at worst by its timeouts (24 s:
+    more than the PostgreSQL relays' reserve of a PutEvents call, so every relay gives its invocation's
+    time here; a call still unanswered when Lambda times the invocation out would take the round with it:
+    the stream relay's checkpoint, a polling round's marks). The record waits, in order."""
     extra = {
         "event_id": record.event_id,
         "sequence_number": record.position.marker,
@@ -109,6 +107,30 @@ def park_poison(
     return True
 
 
+class Parking:
+    """A round's parking (park_poison within the invocation's time): once a park failed or was not begun,
+    the round tries none again (each could take the queue call's worst case, 24 s, one after another
+    before anything is published): its other poison waits too, in order, and the rest of the round goes
+    on. The next round tries again."""
+
+    def __init__(self, sink: PoisonSink, invocation_seconds_left: Callable[[], float]) -> None:
+        self.sink = sink
+        self._seconds_left = invocation_seconds_left
+        self.closed = False
+
+    def park(self, record: PoisonRecord) -> bool:
+        if self.closed:
+            logger.warning(
+                "poison queue failed earlier in the round; the record waits, in order",
+                extra={"event_id": record.event_id, "reason": record.reason},
+            )
+            return False
+        if park_poison(record, self.sink, self._seconds_left):
+            return True
+        self.closed = True
+        return False
+
+
 def _ignore_parked[Source](source: Source, reason: str) -> None:
     return None
 
@@ -116,12 +138,11 @@ def _ignore_parked[Source](source: Source, reason: str) -> None:
 def publish_entries[Source: Parkable](
     batch: Sequence[tuple[Source, OutboxEntry]],
     publisher: OutboxPublisher,
-    poison_sink: PoisonSink,
+    parking: Parking,
     outcome: PublishOutcome[Source],
     *,
     remaining_seconds: Callable[[], float],
     on_parked: Callable[[Source, str], None] = _ignore_parked,
-    park_seconds_left: Callable[[], float] = lambda: math.inf,
     invocation_seconds_left: Callable[[], float] | None = None,
 ) -> PublishResult:
     """Publish the batch's entries in order, counting into `outcome`; an entry the bus rejects for what it
@@ -134,7 +155,7 @@ def publish_entries[Source: Parkable](
         record = source.poison_record(
             InvalidEnvelope(f"EventBridge rejected the entry: {code}", {"errorMessage": message})
         )
-        if not park_poison(record, poison_sink, park_seconds_left):
+        if not parking.park(record):
             return False
         on_parked(source, record.reason)
         outcome.parked.append(record)
@@ -154,7 +175,7 @@ def publish_entries[Source: Parkable](
 def publish_and_park[Source: OrderedOutboxEvent](
     events: Sequence[Source],
     publisher: OutboxPublisher,
-    poison_sink: PoisonSink,
+    parking: Parking,
     *,
     max_event_bytes: int,
     remaining_seconds: Callable[[], float],
@@ -177,7 +198,7 @@ def publish_and_park[Source: OrderedOutboxEvent](
             continue
         except InvalidEnvelope as exc:
             record = event.poison_record(exc)
-        if park_poison(record, poison_sink):
+        if parking.park(record):
             on_parked(event, record.reason)
             outcome.parked.append(record)
         else:
@@ -185,7 +206,7 @@ def publish_and_park[Source: OrderedOutboxEvent](
     result = publish_entries(
         batch,
         publisher,
-        poison_sink,
+        parking,
         outcome,
         remaining_seconds=remaining_seconds,
         on_parked=on_parked,

@@ -9,7 +9,8 @@ that holds their locks.
 Failures, as in the stream relay:
 - a poison row (undecodable envelope, larger than the bus takes, refused by EventBridge for what it
   is) is parked whole in the relay poison queue and marked parked, so it never holds its order back;
-  when the poison queue fails, the row stays pending and its order's later events wait with it;
+  when the poison queue fails, the row stays pending and its order's later events wait with it (the
+  round calls the queue no more: its other poison waits too, and the other orders go out);
 - a transient failure stops the round at that event: it and everything after it stay pending (its
   attempts and last error recorded) and the next round takes them again, in order.
 A crash between PutEvents and COMMIT leaves the round's rows pending: they are published again, and
@@ -41,7 +42,13 @@ from shop.domain.poison import PoisonSink
 from shop.domain.publishing import OutboxPublisher, whole_calls
 from shop.runtime.config import PUBLISH_TRANSPORTS
 from shop.runtime.observability import logger, metrics
-from shop.runtime.outbox_publishing import PublishOutcome, publish_and_park, publish_lags, record_metrics
+from shop.runtime.outbox_publishing import (
+    Parking,
+    PublishOutcome,
+    publish_and_park,
+    publish_lags,
+    record_metrics,
+)
 
 # Orders a round claims. Large enough that a round's chunks keep the publisher's calls in flight busy
 # (at 50 orders a round used 5 of 16 at AWS's latency: docs/performance.md, "Relays at AWS latency");
@@ -73,7 +80,7 @@ def publish_pending_round(
         outcome, failed = publish_and_park(
             rows,
             publisher,
-            poison_sink,
+            Parking(poison_sink, remaining_seconds),  # the invocation's time: a park outlasts the reserve
             max_event_bytes=max_event_bytes,
             remaining_seconds=remaining_seconds,
             on_parked=lambda row, reason: mark_parked(cursor, row.position, reason),

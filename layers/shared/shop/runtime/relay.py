@@ -34,8 +34,8 @@ from shop.domain.poison import PoisonRecord, PoisonSink, StreamPosition
 from shop.domain.publishing import OutboxPublisher
 from shop.runtime.observability import logger, metrics
 from shop.runtime.outbox_publishing import (
+    Parking,
     PublishOutcome,
-    park_poison,
     publish_entries,
     publish_lags,
     record_metrics,
@@ -70,6 +70,7 @@ def relay_outbox_changes(
     remaining_seconds: Callable[[], float] = lambda: 60.0,
 ) -> RelayOutcome:
     outcome = RelayOutcome()
+    parking = Parking(poison_sink, remaining_seconds)  # the invocation's: Lambda's remaining time
     segment: list[tuple[int, OutboxEntry]] = []  # (position in changes, entry) since the last poison
     stop: int | None = None  # position of the first change this invocation did not finish
     for position, change in enumerate(changes):
@@ -84,16 +85,16 @@ def relay_outbox_changes(
         except InvalidEnvelope as exc:
             poison = change.poison_record(exc)
         # Everything before the poison goes out first; nothing after it until it is parked.
-        stop = _publish_segment(segment, changes, publisher, poison_sink, outcome, remaining_seconds)
+        stop = _publish_segment(segment, changes, publisher, parking, outcome, remaining_seconds)
         segment = []
         if stop is not None:
             break
-        if not park_poison(poison, poison_sink, remaining_seconds):
+        if not parking.park(poison):
             stop = position
             break
         outcome.parked.append(poison)
     else:
-        stop = _publish_segment(segment, changes, publisher, poison_sink, outcome, remaining_seconds)
+        stop = _publish_segment(segment, changes, publisher, parking, outcome, remaining_seconds)
     if stop is not None:
         outcome.checkpoint = changes[stop].sequence_number
     record_metrics(outcome)
@@ -111,7 +112,7 @@ def _publish_segment(
     segment: list[tuple[int, OutboxEntry]],
     changes: Sequence[StreamChange],
     publisher: OutboxPublisher,
-    poison_sink: PoisonSink,
+    parking: Parking,
     outcome: RelayOutcome,
     remaining_seconds: Callable[[], float],
 ) -> int | None:
@@ -122,10 +123,9 @@ def _publish_segment(
     result = publish_entries(
         batch,
         publisher,
-        poison_sink,
+        parking,
         outcome,
         remaining_seconds=remaining_seconds,
-        park_seconds_left=remaining_seconds,  # the invocation's: Lambda's remaining time
     )
     if result.first_unpublished is None or result.failed_position is None:
         return None
