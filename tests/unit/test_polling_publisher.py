@@ -458,6 +458,41 @@ def test_when_the_poison_queue_fails_the_poison_row_and_its_orders_later_events_
     ]
 
 
+def test_a_row_parked_in_a_round_that_then_rolled_back_is_not_parked_again(
+    order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
+):
+    """The round's connection is dropped after PutEvents, before its COMMIT (the round rolls back): the
+    poison row it parked keeps its parked mark, so the next round publishes the healthy orders again
+    (consumers drop them by event id) and parks nothing."""
+    (poisoned,) = place_orders(database, 1)
+    healthy = place_orders(database, 2)
+    make_unreadable(order_database, poisoned, 1, "[]")
+    sink = ListSink()
+    put_events = recording_bus.put_events
+
+    def put_events_then_lose_the_connection(Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        answer = put_events(Entries)
+        with connect(order_database) as admin:
+            admin.execute(  # the round's, idle in its transaction while PutEvents runs
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE state = 'idle in transaction' AND pid <> pg_backend_pid()"
+            )
+        return answer
+
+    recording_bus.put_events = put_events_then_lose_the_connection  # type: ignore[method-assign]
+    with pytest.raises(ServiceBusy):
+        run_round(database, sink)
+    recording_bus.put_events = put_events  # type: ignore[method-assign]
+
+    second = run_round(database, sink)
+
+    assert [record.image["aggregateId"] for record in sink.parked] == [poisoned]  # once
+    assert (second.parked, len(second.published)) == ([], 2)
+    assert recording_bus.sequences_by_order() == {order_id: [1, 1] for order_id in healthy}
+    assert parked_rows(order_database) == [(poisoned, 1)]
+    assert pending_rows(order_database) == []
+
+
 def test_a_poison_queue_failing_slowly_costs_a_round_one_call_and_every_healthy_order_goes_out(
     order_database: ConnectionSettings, database: Database, recording_bus: RecordingBus
 ):

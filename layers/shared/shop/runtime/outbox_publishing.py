@@ -187,17 +187,44 @@ def publish_and_park[Source: OrderedOutboxEvent](
     (it and its order's later events are not on the bus; other orders' events before or after it may
     not be, or be: the outcome says which are). Events left unsent for lack of time (the outcome's
     out_of_time) did not fail: they wait, in order."""
+    return publish_decoded(
+        [(event, decoded(event, max_event_bytes)) for event in events],
+        publisher,
+        parking,
+        remaining_seconds=remaining_seconds,
+        on_parked=on_parked,
+        invocation_seconds_left=invocation_seconds_left,
+    )
+
+
+def decoded(event: OrderedOutboxEvent, max_event_bytes: int) -> OutboxEntry | InvalidEnvelope:
+    """The event's PutEvents entry, or why it is poison."""
+    try:
+        return event.entry(max_event_bytes)
+    except InvalidEnvelope as exc:
+        return exc
+
+
+def publish_decoded[Source: OrderedOutboxEvent](
+    events: Sequence[tuple[Source, OutboxEntry | InvalidEnvelope]],
+    publisher: OutboxPublisher,
+    parking: Parking,
+    *,
+    remaining_seconds: Callable[[], float],
+    on_parked: Callable[[Source, str], None],
+    invocation_seconds_left: Callable[[], float] | None = None,
+) -> tuple[PublishOutcome[Source], tuple[Source, str] | None]:
+    """publish_and_park of events already decoded (each with its entry, or why it is poison)."""
     outcome = PublishOutcome[Source](taken=len(events))
     held_back: set[str] = set()  # orders whose earlier event could not be parked
     batch: list[tuple[Source, OutboxEntry]] = []
-    for event in events:
+    for event, entry in events:
         if event.aggregate_id in held_back:
             continue
-        try:
-            batch.append((event, event.entry(max_event_bytes)))
+        if not isinstance(entry, InvalidEnvelope):
+            batch.append((event, entry))
             continue
-        except InvalidEnvelope as exc:
-            record = event.poison_record(exc)
+        record = event.poison_record(entry)
         if parking.park(record):
             on_parked(event, record.reason)
             outcome.parked.append(record)

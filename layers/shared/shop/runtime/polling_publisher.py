@@ -14,7 +14,8 @@ Failures, as in the stream relay:
 - a transient failure stops the round at that event: it and everything after it stay pending (its
   attempts and last error recorded) and the next round takes them again, in order.
 A crash between PutEvents and COMMIT leaves the round's rows pending: they are published again, and
-consumers deduplicate them by event id.
+consumers deduplicate them by event id. A poison row in the claim is parked before anything is
+published, its mark committed at once: such a rollback does not park it again.
 
 One invocation keeps polling (an idle pause between empty rounds) until its last seconds, so the lag
 from commit to bus stays under a second while it runs; EventBridge Scheduler starts the next.
@@ -37,15 +38,17 @@ from shop.adapters.postgres.outbox import (
     mark_parked,
     mark_published,
 )
-from shop.domain.errors import ServiceBusy
-from shop.domain.poison import PoisonSink
+from shop.domain.errors import InvalidEnvelope, ServiceBusy
+from shop.domain.outbox import OutboxEntry
+from shop.domain.poison import PoisonRecord, PoisonSink
 from shop.domain.publishing import OutboxPublisher, whole_calls
 from shop.runtime.config import PUBLISH_TRANSPORTS
 from shop.runtime.observability import logger, metrics
 from shop.runtime.outbox_publishing import (
     Parking,
     PublishOutcome,
-    publish_and_park,
+    decoded,
+    publish_decoded,
     publish_lags,
     record_metrics,
 )
@@ -70,25 +73,53 @@ def publish_pending_round(
     max_orders: int = MAX_ORDERS_PER_ROUND,
     remaining_seconds: Callable[[], float] = lambda: 60.0,
 ) -> PublishOutcome[OutboxRow]:
-    """Claim, publish and mark one round of pending events, in one transaction."""
-    with database.transaction() as cursor:
-        rows = claim_pending(cursor, max_orders)
-        if len({row.aggregate_id for row in rows}) >= max_orders:
-            # A full claim: more is pending. The short last call's events stay pending (locked until the
-            # COMMIT) and lead the next round, which fills their call.
-            rows = list(whole_calls(rows))
-        outcome, failed = publish_and_park(
-            rows,
-            publisher,
-            Parking(poison_sink, remaining_seconds),  # the invocation's time: a park outlasts the reserve
-            max_event_bytes=max_event_bytes,
-            remaining_seconds=remaining_seconds,
-            on_parked=lambda row, reason: mark_parked(cursor, row.position, reason),
-        )
-        mark_published(cursor, [row.position for row, _ in outcome.published])
-        if failed is not None:
-            mark_failed(cursor, [failed[0].position], failed[1])
-    return outcome
+    """Claim, publish and mark one round of pending events, in one transaction; a poison row found in
+    the claim is parked first, in a transaction of its own."""
+    parking = Parking(poison_sink, remaining_seconds)  # the invocation's time: a park outlasts the reserve
+    parked: list[PoisonRecord] = []
+    while True:
+        with database.transaction() as cursor:
+            rows = claim_pending(cursor, max_orders)
+            if len({row.aggregate_id for row in rows}) >= max_orders:
+                # A full claim: more is pending. The short last call's events stay pending (locked until
+                # the COMMIT) and lead the next round, which fills their call.
+                rows = list(whole_calls(rows))
+            events = [(row, decoded(row, max_event_bytes)) for row in rows]
+            if not parking.closed and (poison := _first_poison(events)) is not None:
+                # Parked and marked, then COMMIT at once, before anything is published: the mark can no
+                # longer be rolled back with the round (a dropped connection, a failed COMMIT, a crash
+                # or timeout in PutEvents), which would park the row again in the next round. The
+                # claim's row locks make this safe with several publishers; a second connection
+                # could not write the mark while they are held. Then the orders are claimed again.
+                row, record = poison[0], poison[0].poison_record(poison[1])
+                if parking.park(record):
+                    mark_parked(cursor, row.position, record.reason)
+                    parked.append(record)
+                    continue
+            # Poison left here waits (parking closed: failed or out of time). An entry EventBridge rejects
+            # is parked and marked in this transaction: the one kind still parked again if it rolls back.
+            outcome, failed = publish_decoded(
+                events,
+                publisher,
+                parking,
+                remaining_seconds=remaining_seconds,
+                on_parked=lambda row, reason: mark_parked(cursor, row.position, reason),
+            )
+            mark_published(cursor, [row.position for row, _ in outcome.published])
+            if failed is not None:
+                mark_failed(cursor, [failed[0].position], failed[1])
+        outcome.taken += len(parked)
+        outcome.parked[:0] = parked
+        return outcome
+
+
+def _first_poison(
+    events: list[tuple[OutboxRow, OutboxEntry | InvalidEnvelope]],
+) -> tuple[OutboxRow, InvalidEnvelope] | None:
+    for row, entry in events:
+        if isinstance(entry, InvalidEnvelope):
+            return row, entry
+    return None
 
 
 @dataclass
