@@ -40,6 +40,8 @@ from shop.runtime.observability import logger
 from shop.runtime.wiring.order_database import connection_settings
 
 PHYSICAL_ID = "order-database-schema"
+MAX_RESPONSE_BYTES = 4096  # CloudFormation's limit on the whole answer (crpg-ref-responses)
+CUT = " [cut]"  # ends a reason cut to fit
 RELAY_MODE = "RelayMode"  # OrderDatabaseSchema's property: !Ref PostgresRelay
 ANSWER_SECONDS = 15.0  # kept for the answer: its PUT (ANSWER_TIMEOUT_SECONDS, retried once) and a margin
 ANSWER_TIMEOUT_SECONDS = 5.0
@@ -83,6 +85,39 @@ def relay_mode(event: dict[str, Any], environment_mode: str) -> str:
     return str(mode)
 
 
+def response_body(
+    event: dict[str, Any], status: str, reason: str, data: dict[str, str], physical_id: str
+) -> bytes:
+    """The custom resource response (CloudFormation's documented fields) as JSON, at most
+    MAX_RESPONSE_BYTES: past them CloudFormation reports only "Response object is too long", so a long
+    reason keeps its start, as much of it as fits once escaped (a non-ASCII character takes 6 bytes)."""
+
+    def encoded(text: str) -> bytes:
+        return json.dumps(
+            {
+                "Status": status,
+                "Reason": text,
+                "PhysicalResourceId": physical_id,
+                "StackId": event["StackId"],
+                "RequestId": event["RequestId"],
+                "LogicalResourceId": event["LogicalResourceId"],
+                "Data": data,
+            }
+        ).encode()
+
+    body = encoded(reason)
+    if len(body) <= MAX_RESPONSE_BYTES:
+        return body
+    room = MAX_RESPONSE_BYTES - len(encoded(CUT))
+    kept = 0
+    for character in reason:
+        room -= len(json.dumps(character)) - 2  # the character as the body holds it, escaped
+        if room < 0:
+            break
+        kept += 1
+    return encoded(reason[:kept] + CUT)
+
+
 def answer(
     event: dict[str, Any],
     status: str,
@@ -90,18 +125,8 @@ def answer(
     data: dict[str, str],
     seconds_left: Callable[[], float] = lambda: ANSWER_SECONDS,
 ) -> None:
-    """The custom resource response (CloudFormation's documented fields), PUT to its presigned S3 URL."""
-    body = json.dumps(
-        {
-            "Status": status,
-            "Reason": reason[:3000],
-            "PhysicalResourceId": event.get("PhysicalResourceId", PHYSICAL_ID),
-            "StackId": event["StackId"],
-            "RequestId": event["RequestId"],
-            "LogicalResourceId": event["LogicalResourceId"],
-            "Data": data,
-        }
-    ).encode()
+    """PUT the response to the request's presigned S3 URL."""
+    body = response_body(event, status, reason, data, event.get("PhysicalResourceId", PHYSICAL_ID))
     # urllib3 comes with botocore; CloudFormation's presigned URL takes an empty content type.
     timeout = max(min(ANSWER_TIMEOUT_SECONDS, seconds_left() / 2), 0.5)
     response = urllib3.PoolManager().request(

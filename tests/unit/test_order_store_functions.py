@@ -358,3 +358,40 @@ def test_the_migration_answers_failed_when_its_settings_are_missing(migrate, ord
     assert answer["Status"] == "FAILED"
     assert "DATABASE_HOST" in answer["Reason"]
     assert relay_state(order_database) == ("polling", False)
+
+
+def response_event() -> dict[str, Any]:
+    return {
+        "RequestType": "Update",
+        "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/r",
+        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/shop/1",
+        "RequestId": "request-1",
+        "LogicalResourceId": "OrderDatabaseSchema",
+        "PhysicalResourceId": "order-database-schema",
+    }
+
+
+def test_a_long_non_ascii_reason_is_cut_to_fit_cloudformations_4096_bytes(migration_module, monkeypatch):
+    """CloudFormation takes a response body of 4,096 bytes at most and reports only "Response object is
+    too long" past them; JSON escapes each non-ASCII character to 6 bytes (a German server message)."""
+    bodies: list[bytes] = []
+
+    def request(method: str, url: str, body: bytes, **_: Any) -> SimpleNamespace:
+        bodies.append(body)
+        return SimpleNamespace(status=200)
+
+    monkeypatch.setattr(
+        migration_module, "urllib3", SimpleNamespace(PoolManager=lambda: SimpleNamespace(request=request))
+    )
+    reason = "CheckViolation: neue Zeile für Relation „outbox“ verletzt Check-Constraint „länge“ 🙂 " * 60
+    short = "CheckViolation: neue Zeile für Relation „outbox“"
+
+    migration_module.answer(response_event(), "FAILED", reason, {})
+    migration_module.answer(response_event(), "FAILED", short, {})
+
+    long_body, short_body = bodies
+    assert 4096 - 12 < len(long_body) <= 4096  # as much of the reason as fits
+    sent = json.loads(long_body)["Reason"]
+    assert sent.endswith(" [cut]")
+    assert reason.startswith(sent.removesuffix(" [cut]"))
+    assert json.loads(short_body)["Reason"] == short
