@@ -18,6 +18,12 @@ time: yoyo's lock and every migration statement, the switch's locks (lock_timeou
 most: writers queue behind a switch waiting for the outbox) and its statements (statement_timeout), all
 SET LOCAL in the transaction that needs them; a step that cannot start or finish in time fails the
 request, with the reason, having changed nothing that step was to change.
+
+A Create that fails before it reached the database (unreachable, its password or settings missing, an
+invalid request) answers the physical id NOT_CREATED: CloudFormation deletes a resource whose Create
+failed with the id of that answer, and a Delete of NOT_CREATED answers SUCCESS without connecting, so the
+rollback, and a later `sam delete`, do not fail in turn on a database that was never reached. Every
+other resource's Delete connects, to drop the slot.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from shop.runtime.observability import logger
 from shop.runtime.wiring.order_database import connection_settings
 
 PHYSICAL_ID = "order-database-schema"
+NOT_CREATED = "order-database-schema-not-created"  # a Create failed before it reached the database
 MAX_RESPONSE_BYTES = 4096  # CloudFormation's limit on the whole answer (crpg-ref-responses)
 CUT = " [cut]"  # ends a reason cut to fit
 RELAY_MODE = "RelayMode"  # OrderDatabaseSchema's property: !Ref PostgresRelay
@@ -124,9 +131,12 @@ def answer(
     reason: str,
     data: dict[str, str],
     seconds_left: Callable[[], float] = lambda: ANSWER_SECONDS,
+    physical_id: str | None = None,
 ) -> None:
     """PUT the response to the request's presigned S3 URL."""
-    body = response_body(event, status, reason, data, event.get("PhysicalResourceId", PHYSICAL_ID))
+    body = response_body(
+        event, status, reason, data, physical_id or event.get("PhysicalResourceId", PHYSICAL_ID)
+    )
     # urllib3 comes with botocore; CloudFormation's presigned URL takes an empty content type.
     timeout = max(min(ANSWER_TIMEOUT_SECONDS, seconds_left() / 2), 0.5)
     response = urllib3.PoolManager().request(
@@ -150,12 +160,30 @@ def failure_reason(exc: BaseException) -> str:
     return reason
 
 
-def handle(event: dict[str, Any], seconds_left: Callable[[], float]) -> tuple[str, dict[str, str]]:
+class Progress:
+    """How far a request got: until it connected to the database, nothing there can have changed."""
+
+    def __init__(self) -> None:
+        self.connected = False
+
+
+def handle(
+    event: dict[str, Any], seconds_left: Callable[[], float], progress: Progress | None = None
+) -> tuple[str, dict[str, str]]:
     """Migrate and switch (Create, Update) or drop the slot (Delete) within `seconds_left`; the answer's
-    reason and data. Raises on any failure."""
+    reason and data. Raises on any failure; `progress` says whether it had reached the database."""
+    progress = progress or Progress()
     request_type = event.get("RequestType")
     if request_type not in ("Create", "Update", "Delete"):
         raise InvalidRequest(f"RequestType {request_type!r} is not Create, Update or Delete")
+    if request_type == "Delete" and event.get("PhysicalResourceId") == NOT_CREATED:
+        logger.info(
+            "order database schema: its Create had failed before reaching the database; nothing to delete"
+        )
+        return "nothing to delete: the Create had failed before it reached the database", {
+            "Applied": "",
+            "Relay": "",
+        }
     if seconds_left() < MIN_WORK_SECONDS:
         raise SwitchOutOfTime(
             f"{seconds_left() + ANSWER_SECONDS:.1f} s left in the invocation, {ANSWER_SECONDS:.0f} s of it "
@@ -173,8 +201,11 @@ def handle(event: dict[str, Any], seconds_left: Callable[[], float]) -> tuple[st
         logger.info("order database schema", extra={"request_type": request_type, "relay": relay})
         return f"applied 0 migration(s); relay: {relay}", {"Applied": "", "Relay": ""}
     mode = relay_mode(event, settings.postgres_relay)  # before anything changes
-    applied = apply_migrations(database, seconds_left=seconds_left, lock_wait_seconds=LOCK_WAIT_SECONDS)
+    # Connected before migrating: a Create failing after this point may have changed the database, and
+    # answers the physical id whose Delete drops what it may have created (the slot).
     with open_connection(database) as connection:
+        progress.connected = True
+        applied = apply_migrations(database, seconds_left=seconds_left, lock_wait_seconds=LOCK_WAIT_SECONDS)
         relay = switch_relay(
             connection, mode, slot, seconds_left=seconds_left, lock_wait_seconds=LOCK_WAIT_SECONDS
         )
@@ -209,10 +240,16 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> None:
     def seconds_left() -> float:  # the work's time: what is left after it is the answer's
         return remaining() - ANSWER_SECONDS
 
+    progress = Progress()
     try:
-        reason, data = with_the_password_fetched_again(lambda: handle(event, seconds_left), seconds_left)
+        reason, data = with_the_password_fetched_again(
+            lambda: handle(event, seconds_left, progress), seconds_left
+        )
         status = "SUCCESS"
     except Exception as exc:  # noqa: BLE001 (any failure must still answer CloudFormation, with its reason)
         logger.exception("order database migration failed")
         status, reason, data = "FAILED", failure_reason(exc), {}
-    answer(event, status, reason, data, remaining)
+    physical_id = event.get("PhysicalResourceId") or (
+        PHYSICAL_ID if status == "SUCCESS" or progress.connected else NOT_CREATED
+    )
+    answer(event, status, reason, data, remaining, physical_id)

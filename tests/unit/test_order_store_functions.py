@@ -133,6 +133,7 @@ def migrate(
         properties: dict[str, Any],
         old: dict[str, Any] | None = None,
         context: LambdaContext | None = None,
+        physical_id: str = "order-database-schema",
     ) -> dict[str, Any]:
         event: dict[str, Any] = {
             "RequestType": request_type,
@@ -145,7 +146,7 @@ def migrate(
             | properties,
         }
         if request_type != "Create":
-            event["PhysicalResourceId"] = "order-database-schema"
+            event["PhysicalResourceId"] = physical_id
         if old is not None:
             event["OldResourceProperties"] = old
         module.lambda_handler(event, context or LambdaContext(timeout_seconds=MIGRATION_TIMEOUT_SECONDS))
@@ -357,6 +358,60 @@ def test_the_migration_answers_failed_when_its_settings_are_missing(migrate, ord
 
     assert answer["Status"] == "FAILED"
     assert "DATABASE_HOST" in answer["Reason"]
+    assert relay_state(order_database) == ("polling", False)
+
+
+def test_a_create_that_cannot_reach_the_database_fails_with_an_id_whose_delete_succeeds_at_once(
+    migrate, order_database, monkeypatch
+):
+    """CloudFormation rolls a failed Create back with a Delete of the FAILED answer's physical id: a Delete
+    that connected would fail too on the same unreachable database (ROLLBACK_FAILED, then DELETE_FAILED
+    at `sam delete`). Nothing was created, the id says so, and its Delete connects to nothing."""
+    monkeypatch.setenv("DATABASE_HOST", "127.0.0.1")
+    monkeypatch.setenv("DATABASE_PORT", "1")  # nothing listens there
+    reset_process_state()
+
+    create = migrate("Create", {"RelayMode": "logical"})
+    delete = migrate("Delete", {"RelayMode": "logical"}, physical_id=create["PhysicalResourceId"])
+
+    assert create["Status"] == "FAILED"
+    assert "OperationalError" in create["Reason"], create  # the connection refused
+    assert create["PhysicalResourceId"] == "order-database-schema-not-created"
+    assert delete["Status"] == "SUCCESS", delete
+    assert delete["PhysicalResourceId"] == "order-database-schema-not-created"
+
+
+def test_the_delete_of_a_created_schema_still_connects_and_fails_when_the_database_is_out_of_reach(
+    migrate, order_database, monkeypatch
+):
+    monkeypatch.setenv("DATABASE_HOST", "127.0.0.1")
+    monkeypatch.setenv("DATABASE_PORT", "1")
+    reset_process_state()
+
+    delete = migrate("Delete", {"RelayMode": "polling"})
+
+    assert delete["Status"] == "FAILED"
+    assert delete["PhysicalResourceId"] == "order-database-schema"
+
+
+def test_a_create_that_failed_after_reaching_the_database_keeps_the_id_whose_delete_drops_the_slot(
+    migrate, migration_module, order_database, database, monkeypatch
+):
+    """A switch to logical creates the slot before it waits for the outbox: a Create failing there has
+    changed the database, so its rollback's Delete must connect and drop the slot (it holds WAL)."""
+    place_orders(database, 1)
+    monkeypatch.setattr(migration_module, "LOCK_WAIT_SECONDS", 0.3)
+    with connect(order_database) as holder, holder.transaction():
+        holder.execute("LOCK TABLE outbox IN ROW SHARE MODE")
+        create = migrate("Create", {"RelayMode": "logical"})
+    left = relay_state(order_database)
+
+    delete = migrate("Delete", {"RelayMode": "logical"}, physical_id=create["PhysicalResourceId"])
+
+    assert create["Status"] == "FAILED"
+    assert create["PhysicalResourceId"] == "order-database-schema"
+    assert left == ("polling", True)  # the slot the failed Create left
+    assert delete["Status"] == "SUCCESS", delete
     assert relay_state(order_database) == ("polling", False)
 
 
