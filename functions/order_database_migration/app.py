@@ -24,6 +24,9 @@ invalid request) answers the physical id NOT_CREATED: CloudFormation deletes a r
 failed with the id of that answer, and a Delete of NOT_CREATED answers SUCCESS without connecting, so the
 rollback, and a later `sam delete`, do not fail in turn on a database that was never reached. Every
 other resource's Delete connects, to drop the slot.
+The function runs once per request: Lambda does not retry it (EventInvokeConfig, template), since a late
+retry of an old request would undo what came after it (a rollback's switch back); an answer CloudFormation
+refuses is logged, not raised, for the same reason.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 import psycopg
 import urllib3
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from urllib3.exceptions import HTTPError
 
 from shop.adapters.postgres.connection import PasswordUnavailable, open_connection
 from shop.adapters.postgres.relay_mode import SwitchOutOfTime, drop_relay_slot, switch_relay
@@ -133,17 +137,33 @@ def answer(
     seconds_left: Callable[[], float] = lambda: ANSWER_SECONDS,
     physical_id: str | None = None,
 ) -> None:
-    """PUT the response to the request's presigned S3 URL."""
+    """PUT the response to the request's presigned S3 URL. A PUT that fails is logged, not raised: an
+    error would make Lambda run the request again (its asynchronous retries), which must not happen."""
     body = response_body(
         event, status, reason, data, physical_id or event.get("PhysicalResourceId", PHYSICAL_ID)
     )
     # urllib3 comes with botocore; CloudFormation's presigned URL takes an empty content type.
     timeout = max(min(ANSWER_TIMEOUT_SECONDS, seconds_left() / 2), 0.5)
-    response = urllib3.PoolManager().request(
-        "PUT", event["ResponseURL"], body=body, headers={"Content-Type": ""}, timeout=timeout, retries=1
-    )
+    failure = {
+        "request_id": event.get("RequestId"),
+        "request_type": event.get("RequestType"),
+        "answer": status,
+    }
+    try:
+        response = urllib3.PoolManager().request(
+            "PUT", event["ResponseURL"], body=body, headers={"Content-Type": ""}, timeout=timeout, retries=1
+        )
+    except HTTPError as exc:
+        logger.error(
+            "the answer did not reach CloudFormation: the stack waits for the resource's ServiceTimeout",
+            extra=failure | {"error": f"{type(exc).__name__}: {exc}"},
+        )
+        return
     if response.status >= 300:
-        raise RuntimeError(f"CloudFormation refused the response: HTTP {response.status}")
+        logger.error(
+            "CloudFormation refused the answer: the stack waits for the resource's ServiceTimeout",
+            extra=failure | {"status": response.status},
+        )
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from shop.adapters.postgres.connection import ConnectionSettings, PasswordUnavai
 from shop.runtime.polling_publisher import RESERVE_SECONDS
 from tests.conftest import reset_process_state
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
-from tests.support.output import metric_values
+from tests.support.output import logged_with, metric_values
 from tests.support.postgres import connect, place_orders
 from tests.unit.conftest import order_store_environment
 from tools.template import ROOT, FunctionSpec, Template
@@ -450,3 +450,33 @@ def test_a_long_non_ascii_reason_is_cut_to_fit_cloudformations_4096_bytes(migrat
     assert sent.endswith(" [cut]")
     assert reason.startswith(sent.removesuffix(" [cut]"))
     assert json.loads(short_body)["Reason"] == short
+
+
+@pytest.mark.parametrize("refused", ["status", "error"])
+def test_an_answer_that_does_not_reach_cloudformation_is_logged_not_raised(
+    migration_module, monkeypatch, caplog, refused
+):
+    """An error would make Lambda run the request again (its asynchronous retries, when configured): a
+    late run of an old request could undo what came after it. The stack waits for its ServiceTimeout."""
+    from urllib3.exceptions import MaxRetryError
+
+    def request(method: str, url: str, body: bytes, **_: Any) -> SimpleNamespace:
+        if refused == "error":
+            raise MaxRetryError(None, url, "connect timeout")  # type: ignore[arg-type]
+        return SimpleNamespace(status=403)
+
+    monkeypatch.setattr(
+        migration_module, "urllib3", SimpleNamespace(PoolManager=lambda: SimpleNamespace(request=request))
+    )
+
+    migration_module.answer(response_event(), "SUCCESS", "applied 0 migration(s)", {})
+
+    message = {
+        "status": "CloudFormation refused the answer: the stack waits for the resource's ServiceTimeout",
+        "error": "the answer did not reach CloudFormation: the stack waits for the resource's ServiceTimeout",
+    }[refused]
+    [logged] = logged_with(caplog, message)
+    assert logged["request_id"] == "request-1"
+    assert logged["levelname"] == "ERROR"
+    if refused == "status":
+        assert logged["status"] == 403

@@ -210,6 +210,7 @@ POSTGRES_ONLY = {
     "OrderDatabase",
     "OrderDatabaseMigrationFunction",
     "OrderDatabaseMigrationFunctionAliaslive",
+    "OrderDatabaseMigrationFunctionEventInvokeConfig",
     "OrderDatabaseMigrationFunctionRole",
     "OrderDatabaseMigrationFunctionVersion*",
     "OrderDatabaseMigrationLogGroup",

@@ -921,6 +921,28 @@ def test_what_a_schedule_starts_is_neither_retried_nor_queued_by_lambda(snap_sta
         assert not config.get("DestinationConfig"), function  # none: the roles need no grant for one
 
 
+@pytest.mark.parametrize("snap_start", ["None", "PublishedVersions"])
+def test_the_migration_runs_once_per_cloudformation_request_not_retried_by_lambda(snap_start: str):
+    # CloudFormation invokes the custom resource's function asynchronously: with Lambda's defaults, a timed-
+    # out or failed run is run again (twice, for up to 6 hours), and a late run of an old Update, after
+    # its rollback's, switches the relay back while the stack says otherwise. The config must be on what
+    # the ServiceToken invokes (the alias `live`).
+    resources = translate({"OrderStore": "postgres", "SnapStart": snap_start}).resources
+    alias = resources[resources["OrderDatabaseSchema"]["Properties"]["ServiceToken"]["Ref"]]
+    assert alias["Type"] == "AWS::Lambda::Alias"
+    invoked = (alias["Properties"]["FunctionName"]["Ref"], alias["Properties"]["Name"])
+    configs = {
+        (r["Properties"]["FunctionName"]["Ref"], r["Properties"]["Qualifier"]): r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::EventInvokeConfig"
+    }
+    config = configs.get(invoked)
+    assert config is not None, (invoked, sorted(configs))
+    assert config["MaximumRetryAttempts"] == 0
+    assert config["MaximumEventAgeInSeconds"] <= 60
+    assert not config.get("DestinationConfig")
+
+
 def test_api_auth_is_iam_by_default_and_none_is_allowed(template: Template):
     spec = template.data["Parameters"]["ApiAuthType"]
     assert spec["Default"] == "AWS_IAM"
