@@ -16,6 +16,7 @@ import pytest
 
 from shop.adapters.postgres import replication
 from shop.adapters.postgres.connection import ConnectionSettings, PasswordUnavailable
+from shop.adapters.postgres.schema import MIGRATIONS
 from shop.runtime.polling_publisher import RESERVE_SECONDS
 from tests.conftest import reset_process_state
 from tests.support import LambdaContext, clear_module_caches, load_handler_module
@@ -480,3 +481,52 @@ def test_an_answer_that_does_not_reach_cloudformation_is_logged_not_raised(
     assert logged["levelname"] == "ERROR"
     if refused == "status":
         assert logged["status"] == 403
+
+
+# --- the schema's migrations (yoyo), run again after a run that died --------------------------------------
+@pytest.fixture
+def fresh_database(postgres_server: ConnectionSettings) -> Iterator[ConnectionSettings]:
+    """A database of its own, empty (no migration applied), dropped afterwards."""
+    import uuid
+
+    from psycopg import sql
+
+    fresh = dataclasses.replace(postgres_server, dbname=f"fresh_{uuid.uuid4().hex[:12]}")
+    name = sql.Identifier(fresh.dbname)
+    with connect(postgres_server) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    yield fresh
+    with connect(postgres_server) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(name))
+
+
+def test_a_migration_applied_but_not_recorded_by_a_run_that_died_is_applied_again_by_the_next(
+    fresh_database, monkeypatch
+):
+    """yoyo commits a migration, then records it in a transaction of its own: a run that dies in between
+    leaves it applied but unrecorded, and the next run applies it again. Every migration is safe to run
+    again (IF NOT EXISTS), or that run, and every one after it, would fail (DuplicateColumn...)."""
+    from yoyo.backends.base import DatabaseBackend
+
+    from shop.adapters.postgres.schema import apply_migrations
+
+    record = DatabaseBackend.mark_one
+
+    def dies_before_recording(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
+        if migration.id.startswith("0007"):
+            raise RuntimeError("the run died between the migration's commit and its record")
+        return record(self, migration, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(DatabaseBackend, "mark_one", dies_before_recording)
+        with pytest.raises(RuntimeError, match="died"):
+            apply_migrations(fresh_database)
+
+    assert apply_migrations(fresh_database) == ["0007.outbox-pending-since"]
+    # Every migration run again on the schema it made, its data kept (the relay's mode a deploy switched).
+    with connect(fresh_database) as connection:
+        connection.execute("UPDATE outbox_relay SET mode = 'logical'")
+        connection.execute("DELETE FROM _yoyo_migration")
+    assert len(apply_migrations(fresh_database)) == len(list(MIGRATIONS.glob("*.sql")))
+    with connect(fresh_database) as connection:
+        assert connection.execute("SELECT mode FROM outbox_relay").fetchall() == [("logical",)]

@@ -5,7 +5,7 @@
 -- progress survives a crash and a set of any size goes out across rounds. A set's message in the log
 -- (pg_logical_emit_message, naming the set) activates it once the slot is past everything before it;
 -- the slot then moves on at once, and later events keep flowing while the set drains.
-CREATE TABLE outbox_replay (
+CREATE TABLE IF NOT EXISTS outbox_replay (
     replay_id    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind         text        NOT NULL CHECK (kind IN ('replay', 'handover', 'spill')),
     -- A spilled transaction's end in the log: the same transaction read again records nothing twice.
@@ -16,9 +16,9 @@ CREATE TABLE outbox_replay (
     CHECK (finished_at IS NULL OR activated_at IS NOT NULL)
 );
 -- The pending rows. The foreign key keeps retention from deleting a row a set still names.
-CREATE TABLE outbox_replay_rows (
+CREATE TABLE IF NOT EXISTS outbox_replay_rows (
     replay_id bigint NOT NULL REFERENCES outbox_replay ON DELETE CASCADE,
     position  bigint NOT NULL REFERENCES outbox (position),
     PRIMARY KEY (replay_id, position)
 );
-CREATE INDEX outbox_replay_rows_position ON outbox_replay_rows (position);
+CREATE INDEX IF NOT EXISTS outbox_replay_rows_position ON outbox_replay_rows (position);

@@ -4,4 +4,4 @@
 -- (outbox-pending-age would page "publisher behind or stopped" for the replay's whole duration).
 -- Nullable, no CHECK: a row never made pending again has none, and the release before this one (a
 -- rollback, an earlier release deployed again) writes rows without knowing the column.
-ALTER TABLE outbox ADD COLUMN pending_since timestamptz;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS pending_since timestamptz;
