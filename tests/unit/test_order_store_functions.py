@@ -530,3 +530,85 @@ def test_a_migration_applied_but_not_recorded_by_a_run_that_died_is_applied_agai
     assert len(apply_migrations(fresh_database)) == len(list(MIGRATIONS.glob("*.sql")))
     with connect(fresh_database) as connection:
         assert connection.execute("SELECT mode FROM outbox_relay").fetchall() == [("logical",)]
+
+
+DYING_RUN = """
+import sys
+from pathlib import Path
+from shop.adapters.postgres import schema
+from shop.adapters.postgres.connection import ConnectionSettings
+host, port, dbname, user, migrations = sys.argv[1:]
+schema.MIGRATIONS = Path(migrations)
+schema.apply_migrations(ConnectionSettings(host, int(port), dbname, user, lambda refresh: None))
+"""
+
+
+def test_a_migration_run_that_dies_mid_migration_leaves_nothing_that_stops_the_next(fresh_database, tmp_path):
+    """A run killed while it migrates (a Lambda timeout or crash: SIGKILL, no `finally`) leaves yoyo's lock
+    row behind; before, every later run waited for it and failed (LockTimeout: "run yoyo break-lock"),
+    the deploy's rollback included. The migration lock died with the run's session: the next run takes
+    it, deletes the dead run's row, and migrates."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    from shop.adapters.postgres.schema import apply_migrations
+
+    apply_migrations(fresh_database)
+    for path in MIGRATIONS.glob("*.sql"):
+        shutil.copy(path, tmp_path)
+    (tmp_path / "0099.slow.sql").write_text("SELECT pg_sleep(30);\n")
+    s = fresh_database
+    child = subprocess.Popen(
+        [sys.executable, "-c", DYING_RUN, s.host, str(s.port), s.dbname, s.user, str(tmp_path)],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "layers" / "shared"), str(ROOT)])),
+    )
+    try:
+        with connect(fresh_database) as connection:
+            deadline = time.monotonic() + 20
+            while not connection.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND query LIKE 'SELECT pg_sleep(30)%%'",
+                (s.dbname,),
+            ).fetchone():
+                assert time.monotonic() < deadline, "the run never reached its slow migration"
+                time.sleep(0.05)
+            assert connection.execute("SELECT count(*) FROM yoyo_lock").fetchone() == (1,)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+
+        started = time.monotonic()
+        assert apply_migrations(fresh_database, lock_wait_seconds=1.0) == []
+        took = time.monotonic() - started
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+    with connect(fresh_database) as connection:
+        assert connection.execute("SELECT count(*) FROM yoyo_lock").fetchone() == (0,)
+    assert took < 1.0
+
+
+def test_two_migration_runs_at_once_take_turns_and_the_second_fails_saying_why_when_the_first_is_slow(
+    fresh_database,
+):
+    """The migration lock serializes runs: a run finding it held waits `lock_wait_seconds`, then fails
+    (LockNotAvailable, which the migration function explains) naming the server process that holds it,
+    having applied nothing."""
+    import psycopg
+
+    from shop.adapters.postgres.schema import MIGRATION_LOCK, apply_migrations
+
+    with connect(fresh_database) as other_run:
+        other_run.execute("SELECT pg_advisory_lock(%s, %s)", MIGRATION_LOCK)
+        holder = other_run.info.backend_pid
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.LockNotAvailable, match=f"server process {holder}"):
+            apply_migrations(fresh_database, lock_wait_seconds=0.5)
+        waited = time.monotonic() - started
+        other_run.execute("SELECT pg_advisory_unlock(%s, %s)", MIGRATION_LOCK)
+        assert len(apply_migrations(fresh_database)) == len(list(MIGRATIONS.glob("*.sql")))
+
+    assert 0.5 <= waited < 2
