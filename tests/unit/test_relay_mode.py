@@ -406,6 +406,45 @@ def test_a_switch_that_cannot_lock_the_outbox_in_time_fails_changing_nothing(
     assert len(recording_bus.accepted) == 2
 
 
+def test_a_switch_of_several_slow_statements_is_cancelled_at_its_deadline_changing_nothing(
+    settings: ConnectionSettings, database: Database
+):
+    """The deadline is the switch's, not each statement's: two statements of the handover taking 1.2 s each
+    (made slow by triggers), each within the statement_timeout of the time left when its step started,
+    ran 2.4 s past a 2 s budget, and the function missed its own deadline. Now the statement running at
+    the deadline is cancelled, the handover rolled back: the outbox still the polling publisher's."""
+    place_orders(database, 1)
+    with connect(settings) as connection:
+        connection.execute(
+            "CREATE FUNCTION slow_update() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(1.2); RETURN NEW; END $$"
+        )
+        for table in ("outbox", "outbox_relay"):
+            connection.execute(
+                f"CREATE TRIGGER slow_update BEFORE UPDATE ON {table}"
+                " FOR EACH ROW EXECUTE FUNCTION slow_update()"
+            )
+    try:
+        budget = 2.0
+        started = time.monotonic()
+        with (
+            pytest.raises(psycopg.errors.QueryCanceled, match=r"ran past its"),
+            connect(settings) as connection,
+        ):
+            switch_relay(
+                connection, "logical", SLOT, seconds_left=lambda: budget - (time.monotonic() - started)
+            )
+        took = time.monotonic() - started
+    finally:
+        with connect(settings) as connection:
+            for table in ("outbox", "outbox_relay"):
+                connection.execute(f"DROP TRIGGER slow_update ON {table}")
+            connection.execute("DROP FUNCTION slow_update()")
+
+    assert took < budget + 0.5
+    assert mode_and_slot(settings)[0] == "polling"
+
+
 def test_handing_back_to_polling_streams_the_slot_a_batch_at_a_time(
     settings: ConnectionSettings, database: Database
 ):

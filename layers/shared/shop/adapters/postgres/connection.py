@@ -13,8 +13,10 @@ finds what committed.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -37,6 +39,12 @@ KEEPALIVES_IDLE_SECONDS = 2
 KEEPALIVES_INTERVAL_SECONDS = 1
 KEEPALIVES_COUNT = 2
 TCP_USER_TIMEOUT_MS = 4_000
+
+
+# A deadline's cancellation: each cancel request waits this long at most (a silent network path), and is
+# sent again this often until the work ends (a statement started after the deadline is cancelled too).
+CANCEL_TIMEOUT_SECONDS = 1.0
+CANCEL_REPEAT_SECONDS = 0.1
 
 
 def sslmode(host: str) -> str:
@@ -105,6 +113,49 @@ def wait_for_locks(cursor: psycopg.Cursor, milliseconds: int) -> None:
     (STATEMENT_TIMEOUT_MS) would cancel a longer wait first (QueryCanceled)."""
     limit_lock_wait(cursor, milliseconds)
     limit_statement_time(cursor, milliseconds + STATEMENT_TIMEOUT_MS)
+
+
+class DeadlinePassed(psycopg.errors.QueryCanceled):
+    """Work ran past its deadline: the statement running then was cancelled, its transaction rolled back."""
+
+
+@contextmanager
+def cancelled_after(
+    seconds: float, connections: Callable[[], Iterable[psycopg.Connection]], work: str
+) -> Iterator[None]:
+    """The block's statements on `connections()` may run until `seconds` from now, all together; the one
+    running then is cancelled, and so is any started after, and the block raises DeadlinePassed. A
+    statement_timeout bounds each statement, not their sum: several slow ones each within it would run
+    past the caller's deadline. No limit when `seconds` is infinite."""
+    if math.isinf(seconds):
+        yield
+        return
+    ended, expired = threading.Event(), threading.Event()
+
+    def cancel_when_late() -> None:
+        if ended.wait(max(seconds, 0.0)):
+            return
+        expired.set()
+        while not ended.is_set():
+            for connection in list(connections()):
+                if not connection.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        connection.cancel_safe(timeout=CANCEL_TIMEOUT_SECONDS)
+            ended.wait(CANCEL_REPEAT_SECONDS)
+
+    canceller = threading.Thread(target=cancel_when_late, name="deadline", daemon=True)
+    canceller.start()
+    try:
+        yield
+    except DeadlinePassed:
+        raise
+    except psycopg.Error as exc:
+        if expired.is_set():
+            raise DeadlinePassed(f"{work} ran past its {seconds:.1f} s and was cancelled ({exc})") from exc
+        raise
+    finally:
+        ended.set()
+        canceller.join()  # no cancel request may outlive the block (it would cancel the caller's next work)
 
 
 class Database:

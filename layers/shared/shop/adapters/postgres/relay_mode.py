@@ -28,8 +28,10 @@ while the round waited for the table). The slot's lock comes first, as in a rela
   still name stays or becomes pending; the sets are dropped; then the slot is dropped, under its lock,
   so it stops holding WAL.
 Every statement runs under a bounded lock_timeout and a statement_timeout no longer than the caller's
-time (`seconds_left`): a switch that cannot get its locks or finish in time fails, changing nothing, and
-says why. A run repeated after a failure either finds the switch done or does all of it again.
+time (`seconds_left`), and the switch as a whole within that time (a statement running at its end is
+cancelled: several slow statements each within its statement_timeout would overrun it): a switch that
+cannot get its locks or finish in time fails, changing nothing of the step it was in, and says why. A
+run repeated after a failure either finds the switch done or does all of it again.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 import psycopg
 
 from shop.adapters.postgres import replays
-from shop.adapters.postgres.connection import limit_lock_wait, limit_statement_time
+from shop.adapters.postgres.connection import cancelled_after, limit_lock_wait, limit_statement_time
 from shop.adapters.postgres.outbox import relay_mode
 from shop.adapters.postgres.replication import (
     OUTBOX_TABLE,
@@ -104,8 +106,15 @@ def switch_relay(
     lock_wait_seconds: float = LOCK_WAIT_SECONDS,
     batch_rows: int = BATCH_ROWS,
 ) -> str:
-    """Make `mode` the outbox's relay (autocommit connection). Returns what was done, for the log."""
-    bounds = _Bounds(seconds_left, lock_wait_seconds)
+    """Make `mode` the outbox's relay (autocommit connection), within `seconds_left()` from now (the
+    statement running then is cancelled: DeadlinePassed). Returns what was done, for the log."""
+    with cancelled_after(seconds_left(), lambda: (connection,), f"the switch to {mode}"):
+        return _switch_relay(connection, mode, slot, _Bounds(seconds_left, lock_wait_seconds), batch_rows)
+
+
+def _switch_relay(
+    connection: psycopg.Connection, mode: str, slot: str, bounds: _Bounds, batch_rows: int
+) -> str:
     if mode == "logical":
         found = connection.execute("SHOW wal_level").fetchone()
         level = found[0] if found else "unknown"
@@ -280,5 +289,7 @@ def drop_relay_slot(
     seconds_left: Callable[[], float] = lambda: math.inf,
     lock_wait_seconds: float = LOCK_WAIT_SECONDS,
 ) -> bool:
-    """Stack deletion: drop the slot (a slot nobody reads keeps WAL forever) and the publication."""
-    return _drop_slot(connection, slot, _Bounds(seconds_left, lock_wait_seconds))
+    """Stack deletion: drop the slot (a slot nobody reads keeps WAL forever) and the publication, within
+    `seconds_left()` from now."""
+    with cancelled_after(seconds_left(), lambda: (connection,), "dropping the slot"):
+        return _drop_slot(connection, slot, _Bounds(seconds_left, lock_wait_seconds))

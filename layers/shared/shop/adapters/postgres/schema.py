@@ -20,18 +20,44 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
-from yoyo import get_backend, read_migrations
+from yoyo import default_migration_table, read_migrations
+from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
+from yoyo.connections import parse_uri
 
-from shop.adapters.postgres.connection import CONNECT_TIMEOUT_SECONDS, ConnectionSettings, sslmode
+from shop.adapters.postgres.connection import (
+    CONNECT_TIMEOUT_SECONDS,
+    KEEPALIVES_COUNT,
+    KEEPALIVES_IDLE_SECONDS,
+    KEEPALIVES_INTERVAL_SECONDS,
+    TCP_USER_TIMEOUT_MS,
+    ConnectionSettings,
+    DeadlinePassed,
+    cancelled_after,
+    sslmode,
+)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 YOYO_LOCK_WAIT_SECONDS = 10.0  # the migration lock: another run applying the migrations at once
 # The migration lock's advisory key (class, key): the relay's slot lock is class 0x0B0C (replication).
 MIGRATION_LOCK = (0x0B0D, 1)
 _LOCK_POLL_SECONDS = 0.2
+
+# The connection's parameters as the functions' (connection.py): a network path gone silent ends the
+# connection in seconds (keepalives, tcp_user_timeout) instead of leaving the run waiting past its deadline
+# for a cancellation that cannot arrive.
+_CONNECTION_OPTIONS = {
+    "connect_timeout": str(CONNECT_TIMEOUT_SECONDS),
+    "keepalives": "1",
+    "keepalives_idle": str(KEEPALIVES_IDLE_SECONDS),
+    "keepalives_interval": str(KEEPALIVES_INTERVAL_SECONDS),
+    "keepalives_count": str(KEEPALIVES_COUNT),
+    "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
+    "application_name": "serverless-outbox-migration",
+}
 
 log = logging.getLogger(__name__)
 
@@ -64,27 +90,50 @@ def apply_migrations(
     lock_wait_seconds: float = YOYO_LOCK_WAIT_SECONDS,
 ) -> list[str]:
     """Apply the migrations not applied yet, in order; returns their ids. With `seconds_left` (a deploy's
-    custom resource), every statement is bounded by the time left and every lock wait by
-    `lock_wait_seconds` (a migration waiting for a table's lock behind a long transaction fails, saying
-    so, instead of stopping the writers queued behind it for as long as that transaction runs)."""
-    left = seconds_left()
-    options = {"connect_timeout": str(CONNECT_TIMEOUT_SECONDS)}
-    if not math.isinf(left):
-        statement_ms = max(int(left * 1000), 1)
-        lock_ms = max(int(min(lock_wait_seconds, left) * 1000), 1)
-        options["options"] = f"-c statement_timeout={statement_ms} -c lock_timeout={lock_ms}"
-    backend = get_backend(migration_uri(settings, **options))
+    custom resource), the whole run is bounded by the time left then (DeadlinePassed: the migration
+    running then rolled back, those before it applied) and every lock wait by `lock_wait_seconds` (a
+    migration waiting for a table's lock behind a long transaction fails, saying so, instead of stopping
+    the writers queued behind it for as long as that transaction runs)."""
+    deadline = time.monotonic() + seconds_left()
+    opened: list[psycopg.Connection] = []
+    backend = _backend(migration_uri(settings, **_CONNECTION_OPTIONS), deadline, lock_wait_seconds, opened)
     try:
-        connection: psycopg.Connection = backend.connection  # autocommit between yoyo's transactions
-        _take_migration_lock(connection, max(min(lock_wait_seconds, left), 0.1))
-        _clear_dead_runs_lock(connection)
-        migrations = read_migrations(str(MIGRATIONS))
-        with backend.lock(timeout=max(min(lock_wait_seconds, left), 0.1)):
-            pending = backend.to_apply(migrations)
-            backend.apply_migrations(pending)
-        return [migration.id for migration in pending]
+        with cancelled_after(deadline - time.monotonic(), lambda: opened, "applying the migrations"):
+            connection: psycopg.Connection = backend.connection  # autocommit between yoyo's transactions
+            wait = max(min(lock_wait_seconds, deadline - time.monotonic()), 0.1)
+            _take_migration_lock(connection, wait)
+            _clear_dead_runs_lock(connection)
+            migrations = read_migrations(str(MIGRATIONS))
+            with backend.lock(timeout=wait):
+                pending = backend.to_apply(migrations)
+                backend.apply_migrations(pending)
+            return [migration.id for migration in pending]
     finally:
         backend.connection.close()  # the session ends: the migration lock with it
+
+
+def _backend(uri: str, deadline: float, lock_wait_seconds: float, opened: list[psycopg.Connection]) -> Any:
+    """yoyo's backend, its connections (yoyo opens one more per migration) listed in `opened` for the
+    deadline's cancellation, each with its statements bounded by the time left when it opens and its
+    lock waits by `lock_wait_seconds`."""
+
+    class Backend(PostgresqlPsycopgBackend):  # type: ignore[misc]  # yoyo is untyped
+        def connect(self, dburi: Any) -> psycopg.Connection:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlinePassed("applying the migrations ran past its deadline: no time left to connect")
+            args = dict(dburi.args)
+            if not math.isinf(left):
+                statement_ms = max(int(left * 1000), 1)
+                lock_ms = max(int(min(lock_wait_seconds, left) * 1000), 1)
+                args["options"] = f"-c statement_timeout={statement_ms} -c lock_timeout={lock_ms}"
+            connection: psycopg.Connection = super().connect(dburi._replace(args=args))
+            opened.append(connection)
+            return connection
+
+    backend = Backend(parse_uri(uri), default_migration_table)
+    backend.init_database()
+    return backend
 
 
 def _take_migration_lock(connection: psycopg.Connection, wait_seconds: float) -> None:
