@@ -176,7 +176,10 @@ def failure_reason(exc: BaseException) -> str:
             "that step was changed; deploy again)"
         )
     if isinstance(exc, psycopg.errors.QueryCanceled):
-        return f"{reason} (a statement ran past the time the function had left; nothing of that step changed)"
+        return (
+            f"{reason} (a statement ran past the time the function had left: the migration or the switch it "
+            "belonged to changed nothing; migrations applied before it stay applied; deploy again)"
+        )
     return reason
 
 
