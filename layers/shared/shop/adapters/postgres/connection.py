@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -39,6 +40,15 @@ KEEPALIVES_IDLE_SECONDS = 2
 KEEPALIVES_INTERVAL_SECONDS = 1
 KEEPALIVES_COUNT = 2
 TCP_USER_TIMEOUT_MS = 4_000
+# Every connection's network parameters (libpq's), the functions' and the migrations' alike.
+NETWORK_OPTIONS: dict[str, Any] = {
+    "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    "keepalives": 1,
+    "keepalives_idle": KEEPALIVES_IDLE_SECONDS,
+    "keepalives_interval": KEEPALIVES_INTERVAL_SECONDS,
+    "keepalives_count": KEEPALIVES_COUNT,
+    "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+}
 
 
 # A deadline's cancellation: each cancel request waits this long at most (a silent network path), and is
@@ -78,12 +88,7 @@ def open_connection(settings: ConnectionSettings, *, refresh_password: bool = Fa
         dbname=settings.dbname,
         user=settings.user,
         password=settings.password(refresh_password),
-        connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        keepalives=1,
-        keepalives_idle=KEEPALIVES_IDLE_SECONDS,
-        keepalives_interval=KEEPALIVES_INTERVAL_SECONDS,
-        keepalives_count=KEEPALIVES_COUNT,
-        tcp_user_timeout=TCP_USER_TIMEOUT_MS,
+        **NETWORK_OPTIONS,
         options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
         application_name="serverless-outbox",
         sslmode=sslmode(settings.host),

@@ -29,11 +29,7 @@ from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
 from yoyo.connections import parse_uri
 
 from shop.adapters.postgres.connection import (
-    CONNECT_TIMEOUT_SECONDS,
-    KEEPALIVES_COUNT,
-    KEEPALIVES_IDLE_SECONDS,
-    KEEPALIVES_INTERVAL_SECONDS,
-    TCP_USER_TIMEOUT_MS,
+    NETWORK_OPTIONS,
     ConnectionSettings,
     DeadlinePassed,
     cancelled_after,
@@ -50,12 +46,7 @@ _LOCK_POLL_SECONDS = 0.2
 # connection in seconds (keepalives, tcp_user_timeout) instead of leaving the run waiting past its deadline
 # for a cancellation that cannot arrive.
 _CONNECTION_OPTIONS = {
-    "connect_timeout": str(CONNECT_TIMEOUT_SECONDS),
-    "keepalives": "1",
-    "keepalives_idle": str(KEEPALIVES_IDLE_SECONDS),
-    "keepalives_interval": str(KEEPALIVES_INTERVAL_SECONDS),
-    "keepalives_count": str(KEEPALIVES_COUNT),
-    "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
+    **{name: str(value) for name, value in NETWORK_OPTIONS.items()},
     "application_name": "serverless-outbox-migration",
 }
 
